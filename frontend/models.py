@@ -1,0 +1,58 @@
+"""The conversation store: conversations owned by users, and their messages.
+
+A message row is written when it starts and when it ends, never per token."""
+
+from django.conf import settings
+from django.db import models
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        GENERATING = "generating"
+        COMPLETE = "complete"
+        STOPPED = "stopped"
+        ERROR = "error"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    # Why the message ended as it did, or what was done to fit the context window.
+    note = models.TextField(blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    model_name = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.pk} ({self.status})"

@@ -1,0 +1,44 @@
+"""A small synchronous chat client over the real WebSocket, for end-to-end tests."""
+
+import json
+import time
+
+from django.test import Client
+from websockets.sync.client import ClientConnection, connect
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def open_chat(ws_url: str, origin: str, user) -> ClientConnection:
+    return connect(
+        ws_url,
+        origin=origin,
+        additional_headers={"Cookie": f"sessionid={session_cookie(user)}"},
+        open_timeout=10,
+    )
+
+
+def receive(ws: ClientConnection, timeout: float = 60) -> dict:
+    return json.loads(ws.recv(timeout=timeout))
+
+
+def send(ws: ClientConnection, frame: dict) -> None:
+    ws.send(json.dumps(frame))
+
+
+def collect_answer(ws: ClientConnection, timeout: float = 120) -> tuple[dict, list[dict], dict]:
+    """Read one answer: (chat.started, chat.token frames, the closing chat.done or chat.error)."""
+    deadline = time.monotonic() + timeout
+    started = receive(ws)
+    assert started["type"] == "chat.started", started
+    tokens = []
+    while True:
+        frame = receive(ws, timeout=max(deadline - time.monotonic(), 0.1))
+        if frame["type"] == "chat.token":
+            tokens.append(frame)
+        else:
+            return started, tokens, frame

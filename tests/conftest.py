@@ -1,0 +1,151 @@
+"""Session-wide real services: the vLLM engine, Redis, and daphne serving the product.
+
+The engine starts once per test session (about 40 s on CPU). Tests that need it
+ask for the `engine_url` or `product_server` fixture.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from prometheus_client.parser import text_string_to_metric_families
+
+from inference.engine import engine_client
+from inference.launcher import EngineConfig, EngineProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+def engine_gauge(engine_url: str, name: str) -> float:
+    """The current value of one of the engine's Prometheus gauges, summed over labels."""
+    text = httpx.get(engine_url + "/metrics", timeout=5).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_server():
+    """Use REDIS_URL's Redis; without REDIS_URL, run the bundled one like `make run` does."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    process = None
+    if "REDIS_URL" not in os.environ:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runredis"], cwd=ROOT, stdout=subprocess.DEVNULL
+        )
+
+    def up() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    wait_for(up, 30, "Redis")
+    yield settings.REDIS_URL
+    if process is not None:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def engine_url():
+    """A real vLLM server for the whole session, started through the product's launcher."""
+    url = f"http://127.0.0.1:{free_port()}"
+    config = replace(EngineConfig.from_settings(settings), url=url, kv_cache_space_gb=1.0, max_num_seqs=8)
+    log = open(ROOT / "var" / "test-engine.log", "w")  # noqa: SIM115 - closed below
+    engine = EngineProcess(config, output=log)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout=600)
+        previous = settings.INFERENCE_URL
+        settings.INFERENCE_URL = url
+        engine_client.cache_clear()
+        yield url
+        settings.INFERENCE_URL = previous
+        engine_client.cache_clear()
+    finally:
+        engine.stop()
+        log.close()
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    credentials = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def product_server(django_db_setup, django_db_blocker, engine_url):
+    """daphne serving the product, as `make run` starts it, on the test database."""
+    port = free_port()
+    env = dict(
+        os.environ,
+        DATABASE_URL=_database_url(),
+        INFERENCE_URL=engine_url,
+        REDIS_URL=settings.REDIS_URL,
+        DATA_DIR=str(settings.DATA_DIR),
+    )
+    log = open(ROOT / "var" / "test-daphne.log", "w")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(base + "/accounts/login/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, 60, "daphne")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(15)
+        log.close()
+
+
+@pytest.fixture
+def ws_url(product_server) -> str:
+    return product_server.replace("http://", "ws://") + "/ws/chat/"
+
+
+@pytest.fixture
+def origin(product_server) -> str:
+    address = urlsplit(product_server)
+    return f"http://{address.hostname}:{address.port}"

@@ -1,0 +1,171 @@
+"""The chat consumer's handling of bad frames and faults, with a fault-injecting engine."""
+
+import json
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+
+from frontend import consumers
+from frontend.consumers import ChatConsumer
+from frontend.models import Conversation, Message
+from inference.client import EngineError
+from tests.fake_engine import FakeEngine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def users():
+    User = get_user_model()
+    return User.objects.create_user("alice", password="x" * 12), User.objects.create_user(
+        "bob", password="y" * 12
+    )
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    fake = FakeEngine(["Hel", "lo", "!"])
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    return fake
+
+
+async def connected(user) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+async def error_for(communicator, raw) -> dict:
+    if isinstance(raw, bytes):
+        await communicator.send_to(bytes_data=raw)
+    else:
+        await communicator.send_to(text_data=raw if isinstance(raw, str) else json.dumps(raw))
+    frame = await communicator.receive_json_from(timeout=5)
+    assert frame["type"] == "chat.error"
+    return frame
+
+
+async def answer(communicator) -> list[dict]:
+    frames = [await communicator.receive_json_from(timeout=5)]
+    while frames[-1]["type"] not in {"chat.done", "chat.error"}:
+        frames.append(await communicator.receive_json_from(timeout=5))
+    return frames
+
+
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        ("{not json", "invalid_json"),
+        (b"\x00\x01", "binary_frame"),
+        ("[1, 2]", "invalid_frame"),
+        ({"content": "no type"}, "invalid_frame"),
+        ({"type": "chat.dance"}, "unknown_type"),
+        ({"type": "chat.send", "content": "hi"}, "invalid_field"),
+        ({"type": "chat.send", "conversation": None}, "invalid_field"),
+        ({"type": "chat.send", "conversation": None, "content": "   "}, "invalid_field"),
+        ({"type": "chat.send", "conversation": "7", "content": "hi"}, "invalid_field"),
+        ({"type": "chat.send", "conversation": True, "content": "hi"}, "invalid_field"),
+        ({"type": "chat.stop"}, "invalid_field"),
+        ({"type": "chat.stop", "message": 999999}, "not_found"),
+    ],
+)
+async def test_it_answers_a_malformed_frame_with_an_error_and_stays_usable(users, engine, raw, code):
+    communicator = await connected(users[0])
+    frame = await error_for(communicator, raw)
+    assert frame["code"] == code
+    assert frame["detail"]
+    assert await Message.objects.acount() == 0
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    frames = await answer(communicator)
+    assert frames[-1]["type"] == "chat.done"
+    await communicator.disconnect()
+
+
+async def test_it_refuses_content_over_the_configured_maximum(users, engine, settings):
+    settings.CHAT_MAX_CONTENT_CHARS = 10
+    communicator = await connected(users[0])
+    frame = await error_for(communicator, {"type": "chat.send", "conversation": None, "content": "x" * 11})
+    assert frame["code"] == "too_large"
+    assert await Message.objects.acount() == 0
+    await communicator.disconnect()
+
+
+async def test_it_treats_another_users_conversation_as_missing_and_writes_nothing(users, engine):
+    alice, bob = users
+    theirs = await Conversation.objects.acreate(owner=bob, title="bob's")
+    communicator = await connected(alice)
+    frame = await error_for(
+        communicator, {"type": "chat.send", "conversation": theirs.pk, "content": "let me in"}
+    )
+    assert frame["code"] == "not_found"
+    assert await Message.objects.acount() == 0
+    assert engine.requests == []
+    await communicator.disconnect()
+
+
+async def test_it_does_not_stop_another_users_message(users, engine):
+    alice, bob = users
+    theirs = await Conversation.objects.acreate(owner=bob)
+    message = await Message.objects.acreate(
+        conversation=theirs, role="assistant", status=Message.Status.GENERATING
+    )
+    communicator = await connected(alice)
+    frame = await error_for(communicator, {"type": "chat.stop", "message": message.pk})
+    assert frame["code"] == "not_found"
+    await communicator.disconnect()
+
+
+async def test_it_refuses_anonymous_users():
+    from django.contrib.auth.models import AnonymousUser
+
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    communicator.scope["user"] = AnonymousUser()
+    connected, _ = await communicator.connect()
+    assert not connected
+
+
+async def test_it_stores_an_engine_failure_with_its_code_and_partial_text(users, monkeypatch):
+    fake = FakeEngine(["par", "tial"], fail_with=EngineError("gone", code="engine_unavailable"))
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    communicator = await connected(users[0])
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    frames = await answer(communicator)
+    assert [f["type"] for f in frames] == ["chat.started", "chat.token", "chat.token", "chat.error"]
+    assert frames[-1]["code"] == "engine_unavailable"
+    stored = await Message.objects.aget(pk=frames[0]["message"])
+    assert (stored.status, stored.error_code, stored.content) == ("error", "engine_unavailable", "partial")
+    await communicator.disconnect()
+
+
+async def test_it_stores_the_partial_answer_as_stopped_when_the_socket_closes(users, monkeypatch):
+    fake = FakeEngine(["one ", "two "], hang=True)
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    communicator = await connected(users[0])
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await communicator.receive_json_from(timeout=5)
+    await communicator.receive_json_from(timeout=5)
+    await communicator.receive_json_from(timeout=5)
+    await communicator.disconnect()
+    assert fake.closed.is_set()
+    stored = await Message.objects.aget(pk=started["message"])
+    assert (stored.status, stored.content) == ("stopped", "one two ")
+
+
+async def test_it_refuses_a_second_answer_in_the_same_conversation_while_one_runs(users, monkeypatch):
+    fake = FakeEngine(["a"], hang=True)
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    communicator = await connected(users[0])
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await communicator.receive_json_from(timeout=5)
+    await communicator.receive_json_from(timeout=5)
+    frame = await error_for(
+        communicator, {"type": "chat.send", "conversation": started["conversation"], "content": "again"}
+    )
+    assert frame["code"] == "conversation_busy"
+    await communicator.send_json_to({"type": "chat.stop", "message": started["message"]})
+    done = await communicator.receive_json_from(timeout=5)
+    assert (done["type"], done["status"]) == ("chat.done", "stopped")
+    await communicator.disconnect()

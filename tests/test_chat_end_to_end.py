@@ -1,0 +1,89 @@
+"""Chat over the real WebSocket, served by daphne, answered by the real vLLM engine."""
+
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from websockets.exceptions import InvalidStatus
+
+from frontend.models import Message
+from tests.chat_client import collect_answer, open_chat, receive, send
+from tests.conftest import engine_gauge
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def user():
+    return get_user_model().objects.create_user("alice", password="pw-alice-123")
+
+
+def test_it_streams_tokens_and_serves_the_second_turn_from_the_prefix_cache(ws_url, origin, user):
+    with open_chat(ws_url, origin, user) as ws:
+        send(ws, {"type": "chat.send", "conversation": None, "content": "Name three colours."})
+        started, tokens, done = collect_answer(ws)
+        assert done["type"] == "chat.done", done
+        assert len(tokens) >= 2
+        assert [t["seq"] for t in tokens] == list(range(len(tokens)))
+        assert all(t["message"] == started["message"] for t in tokens)
+        assert done["status"] == "complete"
+        assert done["usage"]["completion_tokens"] >= len(tokens) - 1
+        assert done["ttft_ms"] > 0
+        first = Message.objects.get(pk=started["message"])
+        assert first.status == Message.Status.COMPLETE
+        assert first.content == "".join(t["text"] for t in tokens)
+        assert first.conversation.owner == user
+
+        send(ws, {"type": "chat.send", "conversation": started["conversation"], "content": "And three more?"})
+        second, tokens, done = collect_answer(ws)
+        assert second["conversation"] == started["conversation"]
+        assert done["type"] == "chat.done", done
+        assert done["usage"]["cached_tokens"] > 0
+        stored = Message.objects.get(pk=second["message"])
+        assert stored.cached_tokens == done["usage"]["cached_tokens"]
+        assert stored.prompt_tokens > first.prompt_tokens
+        assert stored.content == "".join(t["text"] for t in tokens)
+
+
+def test_it_aborts_the_engine_request_and_keeps_the_partial_answer_on_stop(ws_url, origin, user, engine_url):
+    with open_chat(ws_url, origin, user) as ws:
+        send(
+            ws,
+            {
+                "type": "chat.send",
+                "conversation": None,
+                "content": "Write a very long story about a dragon who learns to bake bread.",
+            },
+        )
+        started = receive(ws)
+        tokens = [receive(ws), receive(ws)]
+        assert [t["type"] for t in tokens] == ["chat.token", "chat.token"]
+        assert engine_gauge(engine_url, "vllm:num_requests_running") >= 1
+        send(ws, {"type": "chat.stop", "message": started["message"]})
+        while (frame := receive(ws))["type"] == "chat.token":
+            tokens.append(frame)
+        assert frame["type"] == "chat.done"
+        assert frame["status"] == "stopped"
+
+    deadline = time.monotonic() + 5
+    while engine_gauge(engine_url, "vllm:num_requests_running") > 0:
+        assert time.monotonic() < deadline, "the engine kept generating after stop"
+        time.sleep(0.1)
+    stored = Message.objects.get(pk=started["message"])
+    assert stored.status == Message.Status.STOPPED
+    assert stored.content == "".join(t["text"] for t in tokens)
+    assert stored.content
+
+
+def test_it_refuses_anonymous_connections(ws_url, origin):
+    from websockets.sync.client import connect
+
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url, origin=origin, open_timeout=10)
+    assert refused.value.response.status_code == 403
+
+
+def test_it_refuses_a_foreign_origin_even_with_a_session(ws_url, user):
+    with pytest.raises(InvalidStatus) as refused:
+        open_chat(ws_url, "http://evil.example", user)
+    assert refused.value.response.status_code == 403
