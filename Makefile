@@ -25,6 +25,7 @@ $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 install: $(BIN)/.installed
 
 prepare: install
+	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) migrate --noinput
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
@@ -35,6 +36,7 @@ run: prepare
 	WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start --no-prefix -f Procfile $(PROCESSES)
 
 test: install
+	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) prepare_model
 	$(BIN)/python -m pytest
 

@@ -24,6 +24,8 @@ from inference.engine import engine_client
 from inference.launcher import EngineConfig, EngineProcess
 
 ROOT = Path(__file__).resolve().parent.parent
+LOGS = Path(settings.DATA_DIR) / "test-logs"
+LOGS.mkdir(parents=True, exist_ok=True)
 
 
 def free_port() -> int:
@@ -80,7 +82,7 @@ def engine_url():
     """A real vLLM server for the whole session, started through the product's launcher."""
     url = f"http://127.0.0.1:{free_port()}"
     config = replace(EngineConfig.from_settings(settings), url=url, kv_cache_space_gb=1.0, max_num_seqs=8)
-    log = open(ROOT / "var" / "test-engine.log", "w")  # noqa: SIM115 - closed below
+    log = open(LOGS / "test-engine.log", "w")  # noqa: SIM115 - closed below
     engine = EngineProcess(config, output=log)
     engine.start()
     try:
@@ -115,7 +117,7 @@ def product_server(django_db_setup, django_db_blocker, engine_url):
         REDIS_URL=settings.REDIS_URL,
         DATA_DIR=str(settings.DATA_DIR),
     )
-    log = open(ROOT / "var" / "test-daphne.log", "w")  # noqa: SIM115 - closed below
+    log = open(LOGS / "test-daphne.log", "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
         cwd=ROOT,
