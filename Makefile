@@ -37,6 +37,7 @@ run: prepare
 
 test: install
 	mkdir -p "$${DATA_DIR:-var}"
+	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
 	$(BIN)/python -m pytest
 

@@ -151,3 +151,43 @@ def ws_url(product_server) -> str:
 def origin(product_server) -> str:
     address = urlsplit(product_server)
     return f"http://{address.hostname}:{address.port}"
+
+
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright; missing Chromium fails in CI and skips elsewhere."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (.ci/run installs Debian's package)")
+        pytest.skip("chromium is not installed: apt-get install chromium")
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls the
+    # tests make around it are still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=BROWSER_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    page = context.new_page()
+    yield page
+    context.close()

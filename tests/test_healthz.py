@@ -1,0 +1,29 @@
+"""/healthz reports the database, Redis and the engine, and is 200 only when all are up."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_is_ok_when_database_redis_and_engine_are_up(client, engine_url, settings):
+    settings.INFERENCE_URL = engine_url
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "engine": "ok"}
+
+
+def test_it_is_unavailable_and_names_the_engine_when_the_engine_is_down(client, settings):
+    settings.INFERENCE_URL = "http://127.0.0.1:1"
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["engine"].startswith("error")
+    assert body["database"] == "ok"
+
+
+def test_it_names_redis_when_redis_is_down(client, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    settings.INFERENCE_URL = "http://127.0.0.1:1"
+    body = client.get("/healthz").json()
+    assert body["redis"].startswith("error")

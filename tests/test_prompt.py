@@ -1,0 +1,57 @@
+"""Prompt assembly: stable layout, whole old turns dropped to fit, never a silent failure."""
+
+import pytest
+
+from inference.prompt import PromptTooLong, assemble
+
+
+def turns(n: int, size: int = 100) -> list[dict[str, str]]:
+    history = []
+    for i in range(n):
+        history.append({"role": "user", "content": f"q{i} " + "x" * size})
+        history.append({"role": "assistant", "content": f"a{i} " + "y" * size})
+    return history
+
+
+def counting(per_message: int = 0):
+    calls = []
+
+    async def count(messages):
+        calls.append(messages)
+        return sum(len(m["content"]) + per_message for m in messages)
+
+    return count, calls
+
+
+async def test_it_keeps_the_system_prompt_first_and_the_turns_in_order():
+    count, calls = counting()
+    history = turns(2) + [{"role": "user", "content": "new"}]
+    prompt = await assemble("sys", history, context_window=4096, answer_budget=512, count_tokens=count)
+    assert prompt.messages[0] == {"role": "system", "content": "sys"}
+    assert prompt.messages[1:] == history
+    assert prompt.dropped_turns == 0
+    assert calls == [], "a prompt far below the window needs no tokenization"
+
+
+async def test_it_drops_whole_old_turns_when_the_history_outgrows_the_window():
+    count, _ = counting()
+    history = turns(5, size=200) + [{"role": "user", "content": "latest question"}]
+    prompt = await assemble("sys", history, context_window=900, answer_budget=300, count_tokens=count)
+    assert prompt.dropped_turns > 0
+    kept = prompt.messages[1:]
+    assert kept == history[2 * prompt.dropped_turns :]
+    assert kept[0]["role"] == "user"
+    assert kept[-1]["content"] == "latest question"
+    assert sum(len(m["content"]) for m in prompt.messages) <= 600
+
+
+async def test_it_refuses_a_message_that_cannot_fit_with_room_for_the_answer():
+    count, _ = counting()
+    with pytest.raises(PromptTooLong):
+        await assemble(
+            "sys",
+            [{"role": "user", "content": "z" * 5000}],
+            context_window=4096,
+            answer_budget=512,
+            count_tokens=count,
+        )
