@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "inference",
+    "apitokens",
     "frontend",
 ]
 

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ApiTokensConfig(AppConfig):
+    name = "apitokens"
+    verbose_name = "API tokens"

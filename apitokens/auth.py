@@ -1,0 +1,50 @@
+"""Who is asking: a session, or an `Authorization: Bearer` API token with a scope."""
+
+import hmac
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest
+from django.utils import timezone
+
+from apitokens.models import ApiToken
+from apitokens.services import TOKEN_PREFIX, token_digest
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def user_for_token(raw: str, scope: str) -> AbstractBaseUser | None:
+    """The active user a token belongs to, if the token is valid, live and has `scope`."""
+    kind, _, rest = raw.partition("_")
+    prefix, _, secret = rest.partition("_")
+    if kind != TOKEN_PREFIX or not prefix or not secret:
+        return None
+    token = ApiToken.objects.select_related("user").filter(prefix=prefix, revoked_at=None).first()
+    if token is None or not hmac.compare_digest(token.digest, token_digest(secret)):
+        return None
+    if scope not in token.scopes or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token.user
+
+
+def user_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | None:
+    """The requesting user: by bearer token when one is sent (a bad one is never
+    replaced by the session), otherwise by session."""
+    raw = _bearer(request)
+    if raw is not None:
+        return user_for_token(raw, scope)
+    user = getattr(request, "user", None)
+    return user if user is not None and user.is_authenticated else None
+
+
+async def auser_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | None:
+    raw = _bearer(request)
+    if raw is not None:
+        return await sync_to_async(user_for_token)(raw, scope)
+    user = await request.auser()
+    return user if user.is_authenticated else None

@@ -1,0 +1,38 @@
+import hashlib
+import secrets
+from collections.abc import Iterable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from apitokens.models import ApiToken, Scope
+
+TOKEN_PREFIX = "chat"
+
+
+class InvalidScope(ValueError):
+    pass
+
+
+def token_digest(secret: str) -> str:
+    # Tokens carry 256 random bits, so a plain SHA-256 is enough: nothing to brute-force.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def token_issue(*, user: AbstractBaseUser, scopes: Iterable[str], name: str = "") -> tuple[ApiToken, str]:
+    """Create a token; return the row and the plain token, which is not kept anywhere."""
+    scopes = sorted(set(scopes))
+    unknown = [s for s in scopes if s not in Scope.values]
+    if unknown or not scopes:
+        raise InvalidScope(f"scopes must be some of {Scope.values}, got {scopes}")
+    prefix = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user, name=name, prefix=prefix, digest=token_digest(secret), scopes=scopes
+    )
+    return token, f"{TOKEN_PREFIX}_{prefix}_{secret}"
+
+
+def token_revoke(*, prefix: str) -> bool:
+    """Revoke the token with this prefix; False if there is no active one."""
+    return bool(ApiToken.objects.filter(prefix=prefix, revoked_at=None).update(revoked_at=timezone.now()))
