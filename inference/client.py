@@ -15,6 +15,7 @@ from typing import Protocol
 
 import httpx
 import openai
+from prometheus_client.parser import text_string_to_metric_families
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,14 @@ class Completion:
     completion_tokens: int | None = None
 
 
+@dataclass(frozen=True)
+class EngineLoad:
+    """Requests the engine is running and holding in its queue, whoever sent them."""
+
+    running: int
+    waiting: int
+
+
 @dataclass
 class EngineError(Exception):
     """Any failure reaching or using the engine; `code` is stable and client-facing."""
@@ -64,6 +73,18 @@ class EngineClient(Protocol):
 
     async def is_healthy(self) -> bool:
         """True when the engine answers its health probe."""
+        ...
+
+    async def tokenize(self, text: str) -> list[int]:
+        """The model's token ids for plain `text` (no chat template, no special tokens)."""
+        ...
+
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`."""
+        ...
+
+    async def load(self) -> EngineLoad:
+        """What the engine is doing now, from its metrics."""
         ...
 
 
@@ -154,3 +175,47 @@ class OpenAIEngineClient:
         except httpx.HTTPError:
             return False
         return response.status_code == 200
+
+    async def tokenize(self, text: str) -> list[int]:
+        body = await self._post(
+            "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
+        )
+        return list(body["tokens"])
+
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        body = await self._post("/detokenize", {"model": self.model, "tokens": list(token_ids)})
+        return body["prompt"]
+
+    async def load(self) -> EngineLoad:
+        try:
+            response = await self._http.get("/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise _engine_error(exc) from exc
+        gauges = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name in gauges:
+                    gauges[sample.name] += sample.value
+        return EngineLoad(
+            running=int(gauges["vllm:num_requests_running"]), waiting=int(gauges["vllm:num_requests_waiting"])
+        )
+
+    async def aclose(self) -> None:
+        """Close the connection pools; a client lives on one event loop."""
+        await self._openai.close()
+        await self._http.aclose()
+
+    async def _post(self, path: str, payload: dict) -> dict:
+        try:
+            response = await self._http.post(path, json=payload)
+            response.raise_for_status()
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 400:
+                raise EngineError(
+                    f"The engine refused the request: {exc.response.text}", code="engine_rejected"
+                ) from exc
+            raise _engine_error(exc) from exc
+        except httpx.HTTPError as exc:
+            raise _engine_error(exc) from exc
+        return response.json()
