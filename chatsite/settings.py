@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "channels",
     "inference",
     "apitokens",
+    "jobs",
     "frontend",
 ]
 
@@ -141,3 +142,34 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"httpx": {"level": "WARNING"}},
 }
+
+# Bulk summarization jobs (jobs/).
+# Engine priority of bulk requests; chat uses CHAT_PRIORITY and lower numbers run first.
+BULK_PRIORITY = env_int("BULK_PRIORITY", 10)
+# Load shaping: bulk requests in flight per running job, between these bounds.
+BULK_CONCURRENCY = env_int("BULK_CONCURRENCY", 8, minimum=1)
+BULK_CONCURRENCY_MIN = env_int("BULK_CONCURRENCY_MIN", 1, minimum=1)
+BULK_CONCURRENCY_WHILE_CHAT = env_int("BULK_CONCURRENCY_WHILE_CHAT", 1, minimum=0)
+BULK_QUIET_SECONDS = env_float("BULK_QUIET_SECONDS", 3.0, minimum=0.0)
+BULK_SHAPER_INTERVAL = env_float("BULK_SHAPER_INTERVAL", 0.25, minimum=0.05)
+BULK_PREEMPT = env_bool("BULK_PREEMPT", True)
+# Summaries.
+BULK_TEMPERATURE = env_float("BULK_TEMPERATURE", 0.2, minimum=0.0, maximum=2.0)
+BULK_SUMMARY_TOKENS = env_int("BULK_SUMMARY_TOKENS", 128, minimum=16)
+BULK_MAX_SUMMARY_TOKENS = env_int("BULK_MAX_SUMMARY_TOKENS", 512, minimum=16)
+BULK_CHUNK_TOKENS = env_int("BULK_CHUNK_TOKENS", 2048, minimum=128)
+# Delivery: attempts per document, task time limits below the broker's visibility timeout.
+BULK_MAX_ATTEMPTS = env_int("BULK_MAX_ATTEMPTS", 3, minimum=1)
+BULK_RETRY_DELAY = env_float("BULK_RETRY_DELAY", 5.0, minimum=0.0)
+BULK_TASK_SLICE_SECONDS = env_int("BULK_TASK_SLICE_SECONDS", 300, minimum=5)
+BULK_TASK_SOFT_TIME_LIMIT = env_int("BULK_TASK_SOFT_TIME_LIMIT", 540, minimum=10)
+BULK_TASK_TIME_LIMIT = env_int("BULK_TASK_TIME_LIMIT", 600, minimum=15)
+BULK_VISIBILITY_TIMEOUT = env_int("BULK_VISIBILITY_TIMEOUT", 3600, minimum=20)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": BULK_VISIBILITY_TIMEOUT}
+# Input limits, enforced before content is held in memory.
+BULK_MAX_UPLOAD_BYTES = env_int("BULK_MAX_UPLOAD_BYTES", 50 * 1024 * 1024, minimum=1)
+BULK_MAX_FILE_BYTES = env_int("BULK_MAX_FILE_BYTES", 10 * 1024 * 1024, minimum=1)
+BULK_MAX_DOCUMENTS = env_int("BULK_MAX_DOCUMENTS", 1000, minimum=1)
+BULK_MAX_UNCOMPRESSED_BYTES = env_int("BULK_MAX_UNCOMPRESSED_BYTES", 100 * 1024 * 1024, minimum=1)
+BULK_PDF_TIMEOUT = env_float("BULK_PDF_TIMEOUT", 30.0, minimum=1.0)
+DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS

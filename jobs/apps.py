@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class JobsConfig(AppConfig):
+    name = "jobs"
+    verbose_name = "Bulk summarization"
+
+    def ready(self) -> None:
+        from jobs import checks  # noqa: F401 - registers the system checks

@@ -1,0 +1,310 @@
+"""Uploads to documents: .txt, .md, .html, .pdf, .zip of those, and .jsonl/.csv with id and text.
+
+Limits are checked before content is read into memory: a file's declared size, a
+zip's member count and uncompressed sizes from its directory, and every read is
+bounded again in case a header lies. A problem with the whole upload raises
+`UploadRejected`; a problem with one document (empty, binary, unsupported) becomes
+that document's error and the others go on. PDFs are kept as bytes and read by the
+worker under a time limit (jobs/pdftext.py), never in the web process.
+"""
+
+import codecs
+import csv
+import io
+import json
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import PurePosixPath
+
+import charset_normalizer
+from django.conf import settings
+from django.core.files import File
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
+HTML_SUFFIXES = {".html", ".htm"}
+SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".pdf", ".zip", ".jsonl", ".csv"}
+ID_COLUMNS = ("id", "custom_id")
+TEXT_COLUMNS = ("text", "content", "body")
+
+
+class UploadRejected(Exception):
+    """The upload as a whole is refused; the message says why and is shown to the submitter."""
+
+
+class DocumentError(Exception):
+    """One document cannot be summarized; the message becomes its error."""
+
+
+@dataclass(frozen=True)
+class DocumentInput:
+    external_id: str
+    text: str = ""
+    pdf: bytes | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    upload_bytes: int
+    file_bytes: int
+    documents: int
+    uncompressed_bytes: int
+
+    @classmethod
+    def from_settings(cls) -> "Limits":
+        return cls(
+            upload_bytes=settings.BULK_MAX_UPLOAD_BYTES,
+            file_bytes=settings.BULK_MAX_FILE_BYTES,
+            documents=settings.BULK_MAX_DOCUMENTS,
+            uncompressed_bytes=settings.BULK_MAX_UNCOMPRESSED_BYTES,
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def decode_text(data: bytes) -> str:
+    """Text of `data` as valid UTF-8: detected encoding, undecodable bytes replaced."""
+    if not data.strip():
+        raise DocumentError("The file is empty.")
+    for bom, encoding in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+                          (codecs.BOM_UTF16_BE, "utf-16")):  # fmt: skip
+        if data.startswith(bom):
+            return _clean(data.decode(encoding, errors="replace"))
+    if b"\x00" in data[:8192]:
+        raise DocumentError("The file is binary, not text.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        best = charset_normalizer.from_bytes(data).best()
+        if best is None:
+            raise DocumentError("The file is binary, not text.") from None
+        text = data.decode(best.encoding, errors="replace")
+    return _clean(text)
+
+
+def _clean(text: str) -> str:
+    sample = text[:8192]
+    controls = sum(1 for c in sample if c < " " and c not in "\n\r\t\f")
+    if sample and controls / len(sample) > 0.1:
+        raise DocumentError("The file is binary, not text.")
+    # PostgreSQL text cannot hold NUL; lone surrogates are not valid UTF-8.
+    text = text.replace("\x00", "").encode("utf-8", errors="replace").decode("utf-8")
+    if not text.strip():
+        raise DocumentError("The file is empty.")
+    return text
+
+
+class _HTMLText(HTMLParser):
+    BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article"}
+    SKIP = {"script", "style", "head", "template", "noscript"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skipping = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.SKIP:
+            self._skipping += 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in self.SKIP and self._skipping:
+            self._skipping -= 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if not self._skipping:
+            self.parts.append(data)
+
+
+def html_text(markup: str) -> str:
+    parser = _HTMLText()
+    parser.feed(markup)
+    parser.close()
+    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
+    text = "\n".join(line for line in lines if line)
+    if not text:
+        raise DocumentError("The HTML has no text.")
+    return text
+
+
+def _read_bounded(stream, limit: int, what: str) -> bytes:
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise UploadRejected(f"{what} is larger than the {_mib(limit)} limit.")
+    return data
+
+
+def _document(name: str, data: bytes) -> DocumentInput:
+    suffix = PurePosixPath(name).suffix.lower()
+    try:
+        if suffix in TEXT_SUFFIXES:
+            return DocumentInput(name, text=decode_text(data))
+        if suffix in HTML_SUFFIXES:
+            return DocumentInput(name, text=html_text(decode_text(data)))
+        if suffix == ".pdf":
+            if not data.lstrip().startswith(b"%PDF-"):
+                raise DocumentError("The file is not a PDF.")
+            return DocumentInput(name, pdf=data)
+        raise DocumentError(f"Unsupported file type {suffix or '(none)'!r} inside the archive.")
+    except DocumentError as exc:
+        return DocumentInput(name, error=str(exc))
+
+
+def _zip_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+    try:
+        archive = zipfile.ZipFile(upload)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UploadRejected(f"{upload.name}: not a readable zip archive ({exc}).") from None
+    with archive:
+        members = [
+            m
+            for m in archive.infolist()
+            if not m.is_dir() and not PurePosixPath(m.filename).name.startswith(".")
+            and not m.filename.startswith("__MACOSX/")
+        ]  # fmt: skip
+        if len(members) > limits.documents:
+            raise UploadRejected(
+                f"{upload.name} has {len(members)} files; at most {limits.documents} allowed."
+            )
+        declared = sum(m.file_size for m in members)
+        if declared > limits.uncompressed_bytes:
+            allowed = _mib(limits.uncompressed_bytes)
+            raise UploadRejected(f"{upload.name} expands to {_mib(declared)}; at most {allowed} allowed.")
+        for member in members:
+            name = member.filename
+            if PurePosixPath(name).suffix.lower() in {".zip", ".jsonl", ".csv"}:
+                yield DocumentInput(name, error="Archives and tables inside an archive are not supported.")
+                continue
+            if member.file_size > limits.file_bytes:
+                yield DocumentInput(name, error=f"Larger than the {_mib(limits.file_bytes)} file limit.")
+                continue
+            try:
+                with archive.open(member) as stream:
+                    data = _read_bounded(stream, limits.file_bytes, name)
+            except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError) as exc:
+                yield DocumentInput(name, error=f"Could not be extracted: {exc}")
+                continue
+            except UploadRejected as exc:
+                yield DocumentInput(name, error=str(exc))
+                continue
+            yield _document(name, data)
+
+
+def _text_lines(upload: File) -> io.TextIOWrapper:
+    upload.seek(0)
+    return io.TextIOWrapper(upload, encoding="utf-8-sig", errors="replace", newline="")
+
+
+def _record(name: str, where: str, record_id, text) -> DocumentInput:
+    if record_id is None or str(record_id).strip() == "":
+        raise UploadRejected(f"{name}, {where}: the id is missing.")
+    if not isinstance(text, str):
+        raise UploadRejected(f"{name}, {where}: the text is missing or not a string.")
+    record_id = str(record_id).strip()
+    try:
+        return DocumentInput(record_id, text=_clean(text))
+    except DocumentError as exc:
+        return DocumentInput(record_id, error=str(exc))
+
+
+def _first(mapping: dict, keys: tuple[str, ...]):
+    return next((mapping[k] for k in keys if k in mapping), None)
+
+
+def _jsonl_documents(upload: File) -> Iterator[DocumentInput]:
+    for number, line in enumerate(_text_lines(upload), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UploadRejected(f"{upload.name}, line {number}: not JSON ({exc.msg}).") from None
+        if not isinstance(record, dict):
+            raise UploadRejected(f"{upload.name}, line {number}: expected an object with id and text.")
+        yield _record(upload.name, f"line {number}", _first(record, ID_COLUMNS), _first(record, TEXT_COLUMNS))
+
+
+def _csv_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+    csv.field_size_limit(limits.file_bytes)
+    reader = csv.DictReader(_text_lines(upload))
+    columns = set(reader.fieldnames or [])
+    id_column = next((c for c in ID_COLUMNS if c in columns), None)
+    text_column = next((c for c in TEXT_COLUMNS if c in columns), None)
+    if id_column is None or text_column is None:
+        raise UploadRejected(f"{upload.name}: needs an id column and a text column, found {sorted(columns)}.")
+    try:
+        for row in reader:
+            yield _record(upload.name, f"row {reader.line_num}", row.get(id_column), row.get(text_column))
+    except csv.Error as exc:
+        raise UploadRejected(f"{upload.name}, row {reader.line_num}: {exc}") from None
+
+
+def _file_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+    name = PurePosixPath(upload.name or "").name or "upload"
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UploadRejected(f"{name}: unsupported file type; use {', '.join(sorted(SUFFIXES))}.")
+    if upload.size is not None and upload.size > limits.file_bytes and suffix != ".zip":
+        raise UploadRejected(f"{name} is larger than the {_mib(limits.file_bytes)} file limit.")
+    upload.name = name
+    if suffix == ".zip":
+        yield from _zip_documents(upload, limits)
+    elif suffix == ".jsonl":
+        yield from _jsonl_documents(upload)
+    elif suffix == ".csv":
+        yield from _csv_documents(upload, limits)
+    else:
+        upload.seek(0)
+        yield _document(name, _read_bounded(upload, limits.file_bytes, name))
+
+
+def documents_from_files(uploads: Iterable[File], limits: Limits | None = None) -> list[DocumentInput]:
+    """Every document in `uploads`, or UploadRejected for the first problem with the upload as a whole."""
+    limits = limits or Limits.from_settings()
+    uploads = list(uploads)
+    if not uploads:
+        raise UploadRejected("No files were uploaded.")
+    total = sum(u.size or 0 for u in uploads)
+    if total > limits.upload_bytes:
+        raise UploadRejected(f"The upload is {_mib(total)}; at most {_mib(limits.upload_bytes)} allowed.")
+    documents: list[DocumentInput] = []
+    for upload in uploads:
+        for document in _file_documents(upload, limits):
+            documents.append(document)
+            if len(documents) > limits.documents:
+                raise UploadRejected(f"More than {limits.documents} documents in one job.")
+    return _unique(documents)
+
+
+def _unique(documents: list[DocumentInput]) -> list[DocumentInput]:
+    seen: set[str] = set()
+    for document in documents:
+        if document.external_id in seen:
+            raise UploadRejected(f"The id {document.external_id!r} appears more than once.")
+        seen.add(document.external_id)
+    return documents
+
+
+def documents_from_records(records: object, limits: Limits | None = None) -> list[DocumentInput]:
+    """Documents from a parsed JSON list of {"id", "text"} objects (the API's JSON body)."""
+    limits = limits or Limits.from_settings()
+    if not isinstance(records, list) or not records:
+        raise UploadRejected("documents must be a non-empty list of objects with id and text.")
+    if len(records) > limits.documents:
+        raise UploadRejected(f"More than {limits.documents} documents in one job.")
+    documents = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise UploadRejected(f"documents[{index}]: expected an object with id and text.")
+        documents.append(
+            _record("documents", f"item {index}", _first(record, ID_COLUMNS), _first(record, TEXT_COLUMNS))
+        )
+    return _unique(documents)

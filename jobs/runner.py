@@ -1,0 +1,253 @@
+"""A job's run in one worker: claim documents, keep the shaped number of engine
+requests in flight, write each result as it ends.
+
+`run_job` is what the Celery task calls (inside `asyncio.run`). It stops claiming
+at its deadline and returns "continue" so the task can queue the rest, which keeps
+every task well inside its time limits. The database calls go through
+`sync_to_async`; the engine is reached through inference.client only.
+"""
+
+import asyncio
+import logging
+import os
+import sys
+import time
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from inference.client import EngineClient, EngineError, OpenAIEngineClient
+from jobs import selectors, services
+from jobs.ingest import DocumentError, decode_text
+from jobs.models import Job
+from jobs.shaping import LoadProbe, Shaper
+from jobs.summarize import Summarizer, cache_salt_for_owner
+
+log = logging.getLogger(__name__)
+
+# Engine failures worth another attempt; a refused request fails the same way again.
+PERMANENT_CODES = {"engine_rejected"}
+
+
+def new_engine_client() -> OpenAIEngineClient:
+    """A client for this run's event loop (its connection pools belong to the loop)."""
+    return OpenAIEngineClient(
+        settings.INFERENCE_URL,
+        settings.INFERENCE_MODEL_NAME,
+        connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
+        token_timeout=settings.INFERENCE_TOKEN_TIMEOUT,
+    )
+
+
+def new_shaper() -> Shaper:
+    return Shaper(
+        maximum=settings.BULK_CONCURRENCY,
+        minimum=settings.BULK_CONCURRENCY_MIN,
+        while_chat=settings.BULK_CONCURRENCY_WHILE_CHAT,
+        quiet_seconds=settings.BULK_QUIET_SECONDS,
+    )
+
+
+async def pdf_text(data: bytes, seconds: float) -> str:
+    """Text of a PDF, parsed in a child process that is killed after `seconds`."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "jobs.pdftext",
+        cwd=str(settings.BASE_DIR),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(data), seconds)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise DocumentError(f"Reading the PDF took longer than {seconds:g} s.") from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    if process.returncode != 0:
+        reason = err.decode("utf-8", "replace").strip().splitlines()
+        raise DocumentError(reason[-1] if reason else f"Reading the PDF failed (exit {process.returncode}).")
+    if len(out) > settings.BULK_MAX_FILE_BYTES * 4:
+        raise DocumentError("The PDF's text is larger than the file limit allows.")
+    try:
+        return decode_text(out)
+    except DocumentError:
+        raise DocumentError("The PDF has no extractable text (scanned pages?).") from None
+
+
+class JobRunner:
+    def __init__(
+        self,
+        *,
+        job: Job,
+        worker: str,
+        engine: EngineClient,
+        probe: LoadProbe,
+        shaper: Shaper,
+        deadline: float,
+        interval: float,
+        preempt: bool,
+    ) -> None:
+        self.job_id = job.pk
+        self.worker = worker
+        self._engine = engine
+        self._probe = probe
+        self.shaper = shaper
+        self._deadline = deadline
+        self._interval = interval
+        self._preempt = preempt
+        self._summarizer = Summarizer(
+            engine,
+            instruction=job.instruction,
+            max_tokens=job.max_summary_tokens,
+            priority=settings.BULK_PRIORITY,
+            temperature=settings.BULK_TEMPERATURE,
+            chunk_tokens=settings.BULK_CHUNK_TOKENS,
+            context_window=settings.INFERENCE_MAX_MODEL_LEN,
+            cache_salt=cache_salt_for_owner(job.owner_id),
+        )
+        # Started tasks in start order, so preemption takes the newest.
+        self._inflight: dict[asyncio.Task, services.Claim] = {}
+        self._preempted: set[asyncio.Task] = set()
+        self.peak_inflight = 0
+
+    async def run(self) -> str:
+        """Work until the job has nothing left here; "finished", "continue", "cancelled" or "elsewhere"."""
+        try:
+            return await self._loop()
+        finally:
+            await self._stop_all()
+
+    async def _loop(self) -> str:
+        loop = asyncio.get_running_loop()
+        while True:
+            status = await sync_to_async(selectors.job_status)(job_id=self.job_id)
+            if status not in Job.ACTIVE:
+                return "cancelled"
+            limit = self.shaper.update(await self._probe.read(len(self._inflight)))
+            if self._preempt and self.shaper.chat_busy:
+                self._preempt_above(limit)
+            out_of_time = loop.time() >= self._deadline
+            while not out_of_time and len(self._inflight) < limit:
+                claim = await sync_to_async(services.document_claim)(job_id=self.job_id, worker=self.worker)
+                if claim is None:
+                    break
+                task = asyncio.create_task(
+                    self._process(claim), name=f"job-{self.job_id}-doc-{claim.document_id}"
+                )
+                self._inflight[task] = claim
+            self.peak_inflight = max(self.peak_inflight, len(self._inflight))
+            if not self._inflight:
+                if out_of_time:
+                    return "continue"
+                backlog = await sync_to_async(selectors.job_backlog)(job_id=self.job_id)
+                if backlog.next_retry_at is not None:
+                    wait = (backlog.next_retry_at - timezone.now()).total_seconds()
+                    await asyncio.sleep(min(max(wait, self._interval), 5.0))
+                    continue
+                return "elsewhere" if backlog.held_elsewhere else "finished"
+            done, _ = await asyncio.wait(
+                self._inflight, timeout=self._interval, return_when="FIRST_COMPLETED"
+            )
+            for task in done:
+                self._inflight.pop(task)
+                self._preempted.discard(task)
+
+    def _preempt_above(self, limit: int) -> None:
+        running = [t for t in self._inflight if t not in self._preempted]
+        for task in reversed(running[limit:]):
+            self._preempted.add(task)
+            task.cancel()
+
+    async def _stop_all(self) -> None:
+        for task in self._inflight:
+            task.cancel()
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        self._inflight.clear()
+
+    async def _process(self, claim: services.Claim) -> None:
+        started = time.monotonic()
+        try:
+            text = claim.text
+            if not text and claim.pdf is not None:
+                text = await pdf_text(claim.pdf, settings.BULK_PDF_TIMEOUT)
+                await sync_to_async(services.document_set_text)(document_id=claim.document_id, text=text)
+            summary = await self._summarizer.summarize(
+                text, request_id=f"job-{self.job_id}-doc-{claim.document_id}-a{claim.attempt}"
+            )
+        except asyncio.CancelledError:
+            # Preempted, cancelled job, or the run is ending: the attempt does not count.
+            await sync_to_async(services.document_release)(document_id=claim.document_id, worker=self.worker)
+            raise
+        except DocumentError as exc:
+            await self._fail(claim, str(exc), retryable=False)
+        except EngineError as exc:
+            await self._fail(claim, f"{exc.code}: {exc.detail}", retryable=exc.code not in PERMANENT_CODES)
+        except Exception as exc:
+            log.exception("document %s of job %s failed", claim.document_id, self.job_id)
+            await self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
+        else:
+            duration_ms = round((time.monotonic() - started) * 1000, 1)
+            await sync_to_async(services.document_complete)(
+                document_id=claim.document_id, summary=summary, duration_ms=duration_ms
+            )
+
+    async def _fail(self, claim: services.Claim, error: str, *, retryable: bool) -> None:
+        log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)
+        await sync_to_async(services.document_fail)(
+            document_id=claim.document_id, worker=self.worker, error=error, retryable=retryable
+        )
+
+
+def local_worker_id() -> str:
+    return f"local/{os.getpid()}"
+
+
+async def run_job(
+    *,
+    job_id: int,
+    worker: str,
+    seconds: float,
+    engine: EngineClient | None = None,
+    shaper: Shaper | None = None,
+) -> str:
+    """Run a job here for up to `seconds`; finish it when nothing is left. Returns the outcome."""
+    job = await Job.objects.filter(pk=job_id).afirst()
+    if job is None:
+        return "gone"
+    if job.status not in Job.ACTIVE:
+        return job.status
+    await sync_to_async(services.job_mark_running)(job_id=job_id)
+    own_engine = engine is None
+    engine = engine or new_engine_client()
+    r = aioredis.Redis.from_url(settings.REDIS_URL)
+    probe = LoadProbe(r, engine)
+    runner = JobRunner(
+        job=job,
+        worker=worker,
+        engine=engine,
+        probe=probe,
+        shaper=shaper or new_shaper(),
+        deadline=asyncio.get_running_loop().time() + seconds,
+        interval=settings.BULK_SHAPER_INTERVAL,
+        preempt=settings.BULK_PREEMPT,
+    )
+    try:
+        outcome = await runner.run()
+    finally:
+        await probe.close()
+        await r.aclose()
+        if own_engine:
+            await engine.aclose()
+    if outcome == "finished":
+        final = await sync_to_async(services.job_finish)(job_id=job_id)
+        log.info("job %s finished: %s (peak %s in flight)", job_id, final, runner.peak_inflight)
+    return outcome

@@ -1,0 +1,117 @@
+"""Load shaping: how many bulk requests a job keeps in flight, decided again every tick.
+
+Engine priority alone does not protect chat on a small machine: a bigger batch
+slows every step, chat's included. So the job system yields on its own:
+
+- chat is active (the web tier's `chat:generations:active`) or the engine holds
+  requests that are not bulk (running + waiting beyond every runner's in-flight
+  bulk requests): drop at once to BULK_CONCURRENCY_WHILE_CHAT, and preempt the
+  newest bulk requests above it;
+- the engine queues requests (waiting > 0) with no chat: one fewer;
+- quiet for BULK_QUIET_SECONDS: one more, up to BULK_CONCURRENCY.
+
+It starts at the minimum and grows, so a job that starts beside busy chat never
+floods the engine first.
+"""
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from inference.client import EngineClient, EngineError
+
+CHAT_ACTIVE_KEY = "chat:generations:active"
+BULK_INFLIGHT_PREFIX = "jobs:bulk:inflight:"
+# A runner's in-flight count outlives it by this long at most (it refreshes every tick).
+BULK_INFLIGHT_TTL = 5
+
+
+@dataclass(frozen=True)
+class Signal:
+    chat_active: int
+    running: int
+    waiting: int
+    bulk_inflight: int
+
+    @property
+    def others(self) -> int:
+        """Requests in the engine that no bulk runner sent: chat, or any other client."""
+        return max(0, self.running + self.waiting - self.bulk_inflight)
+
+
+class Shaper:
+    def __init__(
+        self,
+        *,
+        maximum: int,
+        minimum: int,
+        while_chat: int,
+        quiet_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.maximum = maximum
+        self.minimum = minimum
+        self.while_chat = while_chat
+        self.quiet_seconds = quiet_seconds
+        self._clock = clock
+        self.limit = minimum
+        self.chat_busy = False
+        self._busy_at = -float("inf")
+        # Engine metrics lag a step behind our own bookkeeping; foreign load must show twice.
+        self._others_seen = 0
+
+    def update(self, signal: Signal | None) -> int:
+        """The new in-flight limit; `None` means the signals could not be read: be careful."""
+        now = self._clock()
+        if signal is None:
+            self.chat_busy = False
+            self.limit = self.minimum
+            return self.limit
+        self._others_seen = self._others_seen + 1 if signal.others > 0 else 0
+        self.chat_busy = signal.chat_active > 0 or self._others_seen >= 2
+        if self.chat_busy:
+            self._busy_at = now
+            self.limit = self.while_chat
+        elif signal.waiting > 0:
+            self.limit = max(self.minimum, self.limit - 1)
+        elif now - self._busy_at >= self.quiet_seconds:
+            self.limit = min(self.maximum, max(self.limit + 1, self.minimum))
+        return self.limit
+
+
+async def chat_active(r: aioredis.Redis) -> int:
+    """Chat answers streaming now: a sorted set of leases scored by expiry, or a counter."""
+    kind = await r.type(CHAT_ACTIVE_KEY)
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind == "zset":
+        return int(await r.zcount(CHAT_ACTIVE_KEY, time.time(), "+inf"))
+    if kind == "string":
+        return max(0, int(await r.get(CHAT_ACTIVE_KEY) or 0))
+    return 0
+
+
+class LoadProbe:
+    """Reads the signals and publishes this runner's own in-flight count for the others."""
+
+    def __init__(self, r: aioredis.Redis, engine: EngineClient) -> None:
+        self._redis = r
+        self._engine = engine
+        self._key = BULK_INFLIGHT_PREFIX + uuid.uuid4().hex
+
+    async def read(self, inflight: int) -> Signal | None:
+        await self._redis.set(self._key, inflight, ex=BULK_INFLIGHT_TTL)
+        keys = [key async for key in self._redis.scan_iter(match=BULK_INFLIGHT_PREFIX + "*", count=100)]
+        values = await self._redis.mget(keys) if keys else []
+        bulk = sum(int(v) for v in values if v is not None)
+        active = await chat_active(self._redis)
+        try:
+            load = await self._engine.load()
+        except EngineError:
+            return None
+        return Signal(chat_active=active, running=load.running, waiting=load.waiting, bulk_inflight=bulk)
+
+    async def close(self) -> None:
+        await self._redis.delete(self._key)
