@@ -79,11 +79,19 @@ def decode_text(data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        best = charset_normalizer.from_bytes(data).best()
-        if best is None:
-            raise DocumentError("The file is binary, not text.") from None
-        text = data.decode(best.encoding, errors="replace")
+        text = data.decode(_guess_encoding(data), errors="replace")
     return _clean(text)
+
+
+def _guess_encoding(data: bytes) -> str:
+    matches = list(charset_normalizer.from_bytes(data))
+    if not matches:
+        raise DocumentError("The file is binary, not text.")
+    # Short Western text is ambiguous between the Latin code pages; the most common one wins a near tie.
+    western = next((m for m in matches if m.encoding == "cp1252"), None)
+    if western is not None and western.chaos <= matches[0].chaos + 0.1:
+        return western.encoding
+    return matches[0].encoding
 
 
 def _clean(text: str) -> str:

@@ -77,7 +77,7 @@ class Shaper:
             self.limit = self.while_chat
         elif signal.waiting > 0:
             self.limit = max(self.minimum, self.limit - 1)
-        elif now - self._busy_at >= self.quiet_seconds:
+        elif self._others_seen == 0 and now - self._busy_at >= self.quiet_seconds:
             self.limit = min(self.maximum, max(self.limit + 1, self.minimum))
         return self.limit
 

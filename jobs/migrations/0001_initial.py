@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,75 +14,158 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('preset', models.CharField(choices=[('paragraph', 'Short paragraph'), ('bullets', 'Bullet points'), ('custom', 'Custom instruction')], default='paragraph', max_length=16)),
-                ('instruction', models.TextField()),
-                ('max_summary_tokens', models.PositiveIntegerField()),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('queued', 'Queued'), ('running', 'Running'), ('completed', 'Completed'), ('partial', 'Partial'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='draft', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=200)),
+                (
+                    "preset",
+                    models.CharField(
+                        choices=[
+                            ("paragraph", "Short paragraph"),
+                            ("bullets", "Bullet points"),
+                            ("custom", "Custom instruction"),
+                        ],
+                        default="paragraph",
+                        max_length=16,
+                    ),
+                ),
+                ("instruction", models.TextField()),
+                ("max_summary_tokens", models.PositiveIntegerField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("draft", "Draft"),
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("partial", "Partial"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="draft",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="jobs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Document',
+            name="Document",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('external_id', models.CharField(max_length=500)),
-                ('format', models.CharField(choices=[('text', 'Text'), ('pdf', 'Pdf')], default='text', max_length=8)),
-                ('text', models.TextField(blank=True)),
-                ('source', models.BinaryField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='pending', max_length=16)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('error', models.TextField(blank=True)),
-                ('claimed_by', models.CharField(blank=True, max_length=200)),
-                ('lease_until', models.DateTimeField(blank=True, null=True)),
-                ('available_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='documents', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("external_id", models.CharField(max_length=500)),
+                (
+                    "format",
+                    models.CharField(
+                        choices=[("text", "Text"), ("pdf", "Pdf")], default="text", max_length=8
+                    ),
+                ),
+                ("text", models.TextField(blank=True)),
+                ("source", models.BinaryField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("error", models.TextField(blank=True)),
+                ("claimed_by", models.CharField(blank=True, max_length=200)),
+                ("lease_until", models.DateTimeField(blank=True, null=True)),
+                ("available_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="documents", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Result',
+            name="Result",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('summary', models.TextField()),
-                ('finish_reason', models.CharField(blank=True, max_length=32)),
-                ('engine_calls', models.PositiveIntegerField(default=1)),
-                ('chunks', models.PositiveIntegerField(default=1)),
-                ('document_tokens', models.PositiveIntegerField(default=0)),
-                ('prompt_tokens', models.PositiveIntegerField(default=0)),
-                ('cached_tokens', models.PositiveIntegerField(default=0)),
-                ('completion_tokens', models.PositiveIntegerField(default=0)),
-                ('duration_ms', models.FloatField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('document', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='result', to='jobs.document')),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("summary", models.TextField()),
+                ("finish_reason", models.CharField(blank=True, max_length=32)),
+                ("engine_calls", models.PositiveIntegerField(default=1)),
+                ("chunks", models.PositiveIntegerField(default=1)),
+                ("document_tokens", models.PositiveIntegerField(default=0)),
+                ("prompt_tokens", models.PositiveIntegerField(default=0)),
+                ("cached_tokens", models.PositiveIntegerField(default=0)),
+                ("completion_tokens", models.PositiveIntegerField(default=0)),
+                ("duration_ms", models.FloatField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "document",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="result", to="jobs.document"
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="results", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['document_id'],
+                "ordering": ["document_id"],
             },
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['status'], name='jobs_job_status_7d017a_idx'),
+            model_name="job",
+            index=models.Index(fields=["status"], name="jobs_job_status_7d017a_idx"),
         ),
         migrations.AddIndex(
-            model_name='document',
-            index=models.Index(fields=['job', 'status'], name='jobs_docume_job_id_30ce80_idx'),
+            model_name="document",
+            index=models.Index(fields=["job", "status"], name="jobs_docume_job_id_30ce80_idx"),
         ),
         migrations.AddConstraint(
-            model_name='result',
-            constraint=models.UniqueConstraint(fields=('job', 'document'), name='jobs_result_one_per_document'),
+            model_name="result",
+            constraint=models.UniqueConstraint(
+                fields=("job", "document"), name="jobs_result_one_per_document"
+            ),
         ),
     ]

@@ -1,0 +1,164 @@
+"""The job runner on the real database and Redis, with a fault-injecting engine."""
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+
+from jobs import services
+from jobs.ingest import DocumentError
+from jobs.models import Document, Job, Result
+from jobs.runner import pdf_text, run_job
+from jobs.shaping import CHAT_ACTIVE_KEY, Shaper
+from tests.jobs_fakes import BulkFakeEngine, aqueued_job
+from tests.jobs_pdf import pdf_with_text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fast(settings):
+    settings.BULK_RETRY_DELAY = 0.0
+    settings.BULK_SHAPER_INTERVAL = 0.02
+    settings.BULK_QUIET_SECONDS = 0.0
+    settings.BULK_MAX_ATTEMPTS = 2
+
+
+@pytest.fixture(autouse=True)
+async def close_connections():
+    yield
+    # The runner's ORM calls ran in asgiref's thread; its connection must not outlive the test.
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+async def chat_key():
+    r = aioredis.Redis.from_url(settings.REDIS_URL)
+    await r.delete(CHAT_ACTIVE_KEY)
+    yield r
+    await r.delete(CHAT_ACTIVE_KEY)
+    await r.aclose()
+
+
+def documents(n: int, words: int = 20) -> dict[str, str]:
+    return {f"doc-{i}": " ".join(f"w{i}x{j}" for j in range(words)) for i in range(n)}
+
+
+@sync_to_async
+def statuses(job: Job) -> dict[str, str]:
+    return dict(job.documents.values_list("external_id", "status"))
+
+
+async def test_it_summarizes_every_document_and_completes_the_job():
+    job = await aqueued_job(documents(12))
+    engine = BulkFakeEngine()
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
+    await job.arefresh_from_db()
+    assert job.status == Job.Status.COMPLETED and job.started_at and job.finished_at
+    assert set((await statuses(job)).values()) == {"done"}
+    assert await Result.objects.filter(job=job).acount() == 12
+    assert engine.peak > 1, "documents run concurrently, not one at a time"
+    assert all(r.priority == settings.BULK_PRIORITY for r in engine.requests)
+    assert all(r.messages[0]["content"] == job.instruction for r in engine.requests)
+
+
+async def test_it_map_reduces_a_document_longer_than_a_chunk(settings):
+    settings.BULK_CHUNK_TOKENS = 128
+    job = await aqueued_job({"long": " ".join(f"t{i}" for i in range(1000))}, max_summary_tokens=32)
+    engine = BulkFakeEngine(delay=0)
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
+    result = await Result.objects.aget(job=job)
+    assert result.chunks == 9 and result.document_tokens == 1000
+    assert result.engine_calls == 10
+    assert max(len(r.messages[-1]["content"].split()) for r in engine.requests) <= 128
+
+
+async def test_it_fails_a_document_after_its_attempts_and_the_job_ends_partial():
+    texts = documents(5)
+    texts["doc-2"] = "this one is POISON for the engine"
+    job = await aqueued_job(texts)
+    engine = BulkFakeEngine(delay=0)
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
+    await job.arefresh_from_db()
+    assert job.status == Job.Status.PARTIAL
+    poisoned = await Document.objects.aget(job=job, external_id="doc-2")
+    assert poisoned.status == "failed" and poisoned.attempts == 2
+    assert "Failed after 2 attempts" in poisoned.error and "boom" in poisoned.error
+    assert await Result.objects.filter(job=job).acount() == 4
+
+
+async def test_it_keeps_one_request_in_flight_while_chat_is_active(chat_key):
+    await chat_key.set(CHAT_ACTIVE_KEY, 2)
+    job = await aqueued_job(documents(6))
+    engine = BulkFakeEngine(delay=0.05)
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
+    assert engine.peak == 1
+
+
+async def test_it_preempts_newest_requests_when_chat_starts_and_they_do_not_lose_an_attempt(chat_key):
+    job = await aqueued_job(documents(10))
+    engine = BulkFakeEngine(delay=0.3)
+    shaper = Shaper(maximum=6, minimum=6, while_chat=1, quiet_seconds=60)
+    run = asyncio.create_task(
+        run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
+    )
+    await asyncio.sleep(0.15)
+    assert engine.active == 6
+    await chat_key.set(CHAT_ACTIVE_KEY, 1)
+    await asyncio.sleep(0.1)
+    assert engine.active == 1 and engine.aborted == 5
+    assert await run == "finished"
+    attempts = [d.attempts async for d in Document.objects.filter(job=job)]
+    assert attempts == [1] * 10
+    assert await Result.objects.filter(job=job).acount() == 10
+
+
+async def test_it_aborts_in_flight_requests_on_cancel_and_keeps_finished_results():
+    job = await aqueued_job(documents(8))
+    engine = BulkFakeEngine(delay=0.2)
+    shaper = Shaper(maximum=4, minimum=4, while_chat=4, quiet_seconds=0)
+    run = asyncio.create_task(
+        run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
+    )
+    for _ in range(500):
+        if await Result.objects.filter(job=job).acount() >= 4:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.05)
+    await sync_to_async(services.job_cancel)(job=job)
+    assert await run == "cancelled"
+    assert engine.active == 0 and engine.aborted >= 1
+    done = await Result.objects.filter(job=job).acount()
+    assert 4 <= done < 8
+    counts = await statuses(job)
+    assert sorted(set(counts.values())) == ["cancelled", "done"]
+    await job.arefresh_from_db()
+    assert job.status == Job.Status.CANCELLED
+
+
+async def test_it_stops_claiming_at_its_deadline_and_asks_to_continue():
+    job = await aqueued_job(documents(6))
+    engine = BulkFakeEngine(delay=0.05)
+    shaper = Shaper(maximum=1, minimum=1, while_chat=1, quiet_seconds=0)
+    assert (
+        await run_job(job_id=job.pk, worker="test/1", seconds=0.08, engine=engine, shaper=shaper)
+        == "continue"
+    )
+    pending = await Document.objects.filter(job=job, status="pending").acount()
+    assert 0 < pending < 6
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
+
+
+async def test_it_reads_pdf_text_in_a_child_process_and_reports_bad_pdfs():
+    assert "Quarterly revenue grew" in await pdf_text(pdf_with_text("Quarterly revenue grew by 4%."), 30)
+    with pytest.raises(DocumentError, match="could not be read"):
+        await pdf_text(
+            b"%PDF-1.4\n1 0 obj << /Type /Catalog /Pages 9 0 R >> endobj\ntrailer << /Root 1 0 R >>", 30
+        )
+    with pytest.raises(DocumentError, match="took longer than"):
+        await pdf_text(pdf_with_text("slow"), 0.001)
+    with pytest.raises(DocumentError, match="no extractable text"):
+        await pdf_text(pdf_with_text(""), 30)
