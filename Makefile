@@ -9,8 +9,10 @@ ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu
 ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 # Without REDIS_URL the bundled Redis runs as one of the processes.
 PROCESSES := web inference worker $(if $(REDIS_URL),,redis)
+# Web and worker processes share one metrics directory, emptied at each start (docs/monitoring.md).
+METRICS_DIR ?= $(if $(PROMETHEUS_MULTIPROC_DIR),$(PROMETHEUS_MULTIPROC_DIR),$(abspath $(or $(DATA_DIR),var))/metrics)
 
-.PHONY: install run test lint format prepare
+.PHONY: install run test lint format prepare bench
 
 $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +34,9 @@ prepare: install
 
 run: prepare
 	@$(MANAGE) bootstrap_users
+	mkdir -p "$(METRICS_DIR)" && rm -f "$(METRICS_DIR)"/*.db
 	@echo "Starting $(PROCESSES). Open http://127.0.0.1:$(WEB_PORT)/ (the engine takes about a minute to load)."
-	WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start --no-prefix -f Procfile $(PROCESSES)
+	PROMETHEUS_MULTIPROC_DIR="$(METRICS_DIR)" WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start --no-prefix -f Procfile $(PROCESSES)
 
 test: install
 	mkdir -p "$${DATA_DIR:-var}"
@@ -48,3 +51,13 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# Benchmarks (bench/, docs/benchmarks.md): about 30 minutes on a 2-core CPU host; QUICK=1 for about 12.
+BENCH_FLAGS := $(if $(QUICK),--quick)
+bench: prepare
+	$(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_batching $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_prefix $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_knee $(BENCH_FLAGS)
+	$(BIN)/python -m bench.report
+	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat $(BENCH_FLAGS))

@@ -173,3 +173,21 @@ BULK_MAX_DOCUMENTS = env_int("BULK_MAX_DOCUMENTS", 1000, minimum=1)
 BULK_MAX_UNCOMPRESSED_BYTES = env_int("BULK_MAX_UNCOMPRESSED_BYTES", 100 * 1024 * 1024, minimum=1)
 BULK_PDF_TIMEOUT = env_float("BULK_PDF_TIMEOUT", 30.0, minimum=1.0)
 DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS
+
+# Monitoring (monitoring/).
+INSTALLED_APPS += ["monitoring"]
+MIDDLEWARE.insert(0, "monitoring.middleware.RequestIdMiddleware")
+# Read by prometheus_client itself at import; set it before the process starts to
+# aggregate the metrics of several processes (docs/monitoring.md).
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+# When set, /metrics asks for `Authorization: Bearer <token>`.
+MONITORING_METRICS_TOKEN = env_str("MONITORING_METRICS_TOKEN", "")
+MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
+MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+LOGGING["filters"] = {"log_ids": {"()": "monitoring.logcontext.ContextFilter"}}
+LOGGING["formatters"] = {
+    "plain": {"()": "monitoring.logcontext.PlainFormatter"},
+    "json": {"()": "monitoring.logcontext.JsonFormatter"},
+}
+LOGGING["handlers"]["console"].update(formatter=LOG_FORMAT, filters=["log_ids"])

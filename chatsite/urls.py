@@ -5,5 +5,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("jobs.urls")),
+    path("", include("monitoring.urls")),
     path("", include("frontend.urls")),
 ]

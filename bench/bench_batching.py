@@ -1,0 +1,108 @@
+"""Benchmark 2: continuous batching against one request at a time.
+
+The product serves 32 concurrent chats (and the raw engine the same 32 requests, for
+reference); then a plain transformers `generate` loop serves the same requests one after
+another, with the same model checkpoint (settings.INFERENCE_MODEL), greedy decoding and
+the same token budget. The engine is stopped first, so the loop has the CPU to itself.
+Target: the product at 32 chats reaches at least 14 times the loop's tokens/s.
+"""
+
+import argparse
+import asyncio
+import time
+
+from django.conf import settings
+
+from bench.bench_streaming import MAX_TOKENS, messages, product_level, raw_level
+from bench.common import (
+    PROMPTS,
+    SHORT_SYSTEM_PROMPT,
+    arguments,
+    bench_users,
+    engine_config,
+    engine_running,
+    engine_settings,
+    product_environment,
+    product_running,
+    redis_running,
+    save,
+)
+
+CONCURRENCY = 32
+
+
+def generate_loop(prompts: list[str]) -> dict:
+    """transformers `generate`, one request after another, as a plain server loop would."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(settings.INFERENCE_MODEL)
+    model = AutoModelForCausalLM.from_pretrained(settings.INFERENCE_MODEL, dtype=torch.bfloat16)
+    model.eval()
+    tokens = 0
+    ttfts = []
+    started = time.perf_counter()
+    for prompt in prompts:
+        inputs = tokenizer.apply_chat_template(
+            messages(prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        request_started = time.perf_counter()
+        with torch.inference_mode():
+            output = model.generate(**inputs, max_new_tokens=MAX_TOKENS, do_sample=False)
+        # Without streaming the whole answer arrives at once: its latency is the time to first token.
+        ttfts.append(time.perf_counter() - request_started)
+        tokens += int(output.shape[1] - inputs["input_ids"].shape[1])
+    wall = time.perf_counter() - started
+    return {
+        "requests": len(prompts),
+        "completion_tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(tokens / wall, 1),
+        "latency_p50_ms": round(sorted(ttfts)[len(ttfts) // 2] * 1000, 1),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    cli = arguments(__doc__.splitlines()[0])
+    cli.add_argument(
+        "--loop-requests",
+        type=int,
+        default=None,
+        help="requests for the generate loop (default: all 32; quick: 6)",
+    )
+    return cli
+
+
+def main(argv: list[str] | None = None) -> dict:
+    options = parser().parse_args(argv)
+    jobs = PROMPTS[:CONCURRENCY]
+    config = engine_config()
+    with redis_running(), engine_running(config, "batching-engine") as engine_url:
+        environment = product_environment(system_prompt=SHORT_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
+        with product_running(engine_url, **environment) as base_url:
+            asyncio.run(raw_level(engine_url, 1, PROMPTS[:1]))
+            raw = asyncio.run(raw_level(engine_url, CONCURRENCY, jobs))
+            with bench_users(CONCURRENCY) as cookies:
+                product = asyncio.run(product_level(base_url, cookies, jobs))
+    loop_requests = options.loop_requests or (6 if options.quick else len(jobs))
+    loop = generate_loop(jobs[:loop_requests])
+    result = {
+        "benchmark": "batching",
+        "quick": options.quick,
+        "max_tokens": MAX_TOKENS,
+        "concurrency": CONCURRENCY,
+        "engine": engine_settings(config),
+        "product": product,
+        "raw": raw,
+        "generate_loop": loop,
+        "product_speedup": round(product["tokens_per_s"] / loop["tokens_per_s"], 2),
+        "raw_speedup": round(raw["tokens_per_s"] / loop["tokens_per_s"], 2),
+    }
+    print({k: result[k] for k in ("product_speedup", "raw_speedup")}, flush=True)
+    save(options.output, "batching", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

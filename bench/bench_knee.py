@@ -1,0 +1,127 @@
+"""Benchmark 4: the knee of the curve, to choose the engine defaults.
+
+One setting at a time around the shipped defaults: the most sequences in a batch
+(max_num_seqs), the KV cache block size, and the token budget of one engine step
+(max_num_batched_tokens). Each point starts its own engine and offers the same load:
+64 concurrent requests, each with its own prefix-cache salt, so every prompt is
+prefilled. Reports output tokens/s and latency (TTFT p50/p95, time between tokens p50).
+
+Rules that pick the defaults (written here so the choice is reproducible):
+- max_num_seqs and max_num_batched_tokens: the smallest value within KNEE_SHARE of the
+  best throughput; beyond the knee a bigger batch buys little throughput and costs latency.
+- block size: the best throughput; within KNEE_SHARE of it, the smallest block, since
+  smaller blocks give finer prefix-cache hits.
+The raw engine is what is measured here; benchmark 1 gives the product's overhead over it.
+"""
+
+import argparse
+import asyncio
+from dataclasses import replace
+
+from django.conf import settings
+
+from bench.common import (
+    LONG_SYSTEM_PROMPT,
+    PROMPTS,
+    RawEngine,
+    arguments,
+    engine_config,
+    engine_running,
+    new_salt,
+    run_concurrently,
+    save,
+    summarize,
+)
+
+MAX_TOKENS = 64
+LOAD = 64
+KNEE_SHARE = 0.9
+FULL = {
+    "max_num_seqs": [8, 16, 32, 64],
+    "block_size": [32, 64, 128],
+    "max_num_batched_tokens": [1024, 2048, 4096, 8192],
+}
+QUICK = {"max_num_seqs": [16, 32, 64], "block_size": [32, 128], "max_num_batched_tokens": [2048, 4096]}
+
+
+def defaults() -> dict:
+    return {
+        "max_num_seqs": settings.INFERENCE_MAX_NUM_SEQS,
+        "block_size": settings.INFERENCE_BLOCK_SIZE,
+        "max_num_batched_tokens": settings.INFERENCE_MAX_NUM_BATCHED_TOKENS,
+    }
+
+
+def points(grid: dict) -> list[dict]:
+    """The defaults, then each setting varied alone, without repeats."""
+    base = defaults()
+    seen, out = set(), []
+    for point in [base] + [{**base, name: v} for name, values in grid.items() for v in values]:
+        key = tuple(sorted(point.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(point)
+    return out
+
+
+async def offer_load(engine_url: str, requests: int) -> dict:
+    raw = RawEngine(engine_url, max_tokens=MAX_TOKENS)
+    jobs = [PROMPTS[i % len(PROMPTS)] for i in range(requests)]
+
+    async def one(_, prompt: str):
+        history = [{"role": "system", "content": LONG_SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        return await raw.chat(history, cache_salt=new_salt())
+
+    try:
+        await raw.chat([{"role": "user", "content": "Hello"}])
+        answers, wall = await run_concurrently(requests, jobs, one)
+    finally:
+        await raw.close()
+    return summarize(answers, wall)
+
+
+def choose(rows: list[dict], name: str) -> int:
+    """Apply the rules of the module docstring to the rows that vary `name` (defaults included)."""
+    base = defaults()
+    candidates = [r for r in rows if all(r[k] == base[k] for k in base if k != name)]
+    best = max(r["tokens_per_s"] for r in candidates)
+    good = [r for r in candidates if r["tokens_per_s"] >= KNEE_SHARE * best]
+    return min(r[name] for r in good)
+
+
+def parser() -> argparse.ArgumentParser:
+    cli = arguments(__doc__.splitlines()[0])
+    cli.add_argument("--load", type=int, default=LOAD, help="concurrent requests offered")
+    return cli
+
+
+def main(argv: list[str] | None = None) -> dict:
+    options = parser().parse_args(argv)
+    grid = QUICK if options.quick else FULL
+    rows = []
+    for point in points(grid):
+        # Prompts are about 520 tokens; a context of 1024 lets every budget hold a whole prompt.
+        config = replace(engine_config(), max_model_len=1024, **point)
+        with engine_running(config, "knee-engine") as engine_url:
+            figures = asyncio.run(offer_load(engine_url, options.load))
+        row = {**point, **figures}
+        print(row, flush=True)
+        rows.append(row)
+    chosen = {name: choose(rows, name) for name in grid}
+    result = {
+        "benchmark": "knee",
+        "quick": options.quick,
+        "load": options.load,
+        "max_tokens": MAX_TOKENS,
+        "knee_share": KNEE_SHARE,
+        "shipped": defaults(),
+        "chosen": chosen,
+        "rows": rows,
+    }
+    print({"shipped": defaults(), "chosen": chosen}, flush=True)
+    save(options.output, "knee", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Benchmark 1: streaming overhead of the product against the raw engine.
+
+The same prompts at 1, 4, 16 and 32 concurrent chats, first straight to the engine
+over streaming HTTP, then end to end through the product's WebSocket (daphne,
+consumer, generation task, engine client), on one engine. Reports time to first token
+p50/p95, time between tokens p50/p99 and output tokens/s for both, and their ratios.
+Targets: at least 0.95 of the raw throughput; at most 20 ms added to the p50 TTFT.
+"""
+
+import argparse
+import asyncio
+
+from bench.common import (
+    PROMPTS,
+    SHORT_SYSTEM_PROMPT,
+    ProductChat,
+    RawEngine,
+    arguments,
+    bench_users,
+    engine_config,
+    engine_running,
+    engine_settings,
+    new_salt,
+    product_environment,
+    product_running,
+    redis_running,
+    run_concurrently,
+    save,
+    summarize,
+)
+
+LEVELS = (1, 4, 16, 32)
+MAX_TOKENS = 64
+
+
+def jobs_for(level: int, quick: bool) -> list[str]:
+    """Enough requests for a percentile at every level: each worker runs a few in turn."""
+    count = max(level * (1 if quick else 2), 4 if quick else 8)
+    return [PROMPTS[i % len(PROMPTS)] for i in range(count)]
+
+
+def messages(prompt: str) -> list[dict]:
+    return [{"role": "system", "content": SHORT_SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+
+
+async def raw_level(engine_url: str, level: int, jobs: list[str]) -> dict:
+    raw = RawEngine(engine_url, max_tokens=MAX_TOKENS)
+    salt = new_salt()
+    try:
+        answers, wall = await run_concurrently(
+            level, jobs, lambda _, p: raw.chat(messages(p), cache_salt=salt)
+        )
+    finally:
+        await raw.close()
+    return summarize(answers, wall)
+
+
+async def product_level(base_url: str, cookies: list[str], jobs: list[str]) -> dict:
+    chats = [ProductChat(base_url, cookie) for cookie in cookies]
+    for chat in chats:
+        await chat.__aenter__()
+    try:
+        answers, wall = await run_concurrently(
+            len(chats), jobs, lambda i, p: chats[i].ask(p, new_conversation=True)
+        )
+    finally:
+        for chat in chats:
+            await chat.__aexit__(None, None, None)
+    return summarize(answers, wall)
+
+
+def compare(raw: dict, product: dict) -> dict:
+    return {
+        "throughput_ratio": round(product["tokens_per_s"] / raw["tokens_per_s"], 3),
+        "ttft_p50_added_ms": round(product["ttft_p50_ms"] - raw["ttft_p50_ms"], 1),
+        "ttft_p95_added_ms": round(product["ttft_p95_ms"] - raw["ttft_p95_ms"], 1),
+        "gap_p50_added_ms": round(product["gap_p50_ms"] - raw["gap_p50_ms"], 1),
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    cli = arguments(__doc__.splitlines()[0])
+    cli.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
+    return cli
+
+
+def main(argv: list[str] | None = None) -> dict:
+    options = parser().parse_args(argv)
+    config = engine_config()
+    levels = []
+    with redis_running(), engine_running(config, "streaming-engine") as engine_url:
+        environment = product_environment(system_prompt=SHORT_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
+        with product_running(engine_url, **environment) as base_url:
+            # Warm both paths once (first-request costs are not what is measured).
+            asyncio.run(raw_level(engine_url, 1, PROMPTS[:1]))
+            with bench_users(1) as cookies:
+                asyncio.run(product_level(base_url, cookies, PROMPTS[:1]))
+            for level in options.levels:
+                jobs = jobs_for(level, options.quick)
+                raw = asyncio.run(raw_level(engine_url, level, jobs))
+                with bench_users(level) as cookies:
+                    product = asyncio.run(product_level(base_url, cookies, jobs))
+                row = {"concurrency": level, "raw": raw, "product": product, **compare(raw, product)}
+                print(row, flush=True)
+                levels.append(row)
+    result = {
+        "benchmark": "streaming",
+        "quick": options.quick,
+        "max_tokens": MAX_TOKENS,
+        "engine": engine_settings(config),
+        "levels": levels,
+    }
+    save(options.output, "streaming", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,335 @@
+"""Charts and docs/benchmarks.md from the benchmarks' JSON results in docs/benchmarks/.
+
+Run after the benchmarks (`make bench` does); a benchmark that has not run yet is
+listed as missing. Targets are reported as met or missed, never asserted.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "benchmarks"
+DOC = ROOT / "docs" / "benchmarks.md"
+RAW, PRODUCT = "#6b7280", "#2563eb"
+
+
+def load(folder: Path, name: str) -> dict | None:
+    path = folder / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}" if isinstance(value, float) else f"{value:,}"
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def streaming_section(result: dict, folder: Path) -> str:
+    levels = result["levels"]
+    x = [row["concurrency"] for row in levels]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot(x, [r["raw"]["tokens_per_s"] for r in levels], "o-", color=RAW, label="raw engine (HTTP)")
+    left.plot(
+        x, [r["product"]["tokens_per_s"] for r in levels], "o-", color=PRODUCT, label="product (WebSocket)"
+    )
+    left.set(xlabel="concurrent chats", ylabel="output tokens/s", title="Throughput", xscale="log")
+    right.plot(x, [r["raw"]["ttft_p50_ms"] for r in levels], "o-", color=RAW, label="raw p50")
+    right.plot(x, [r["product"]["ttft_p50_ms"] for r in levels], "o-", color=PRODUCT, label="product p50")
+    right.plot(x, [r["raw"]["ttft_p95_ms"] for r in levels], "o--", color=RAW, label="raw p95")
+    right.plot(x, [r["product"]["ttft_p95_ms"] for r in levels], "o--", color=PRODUCT, label="product p95")
+    right.set(xlabel="concurrent chats", ylabel="ms", title="Time to first token", xscale="log")
+    for axis in (left, right):
+        axis.set_xticks(x, [str(v) for v in x])
+        axis.legend(fontsize=8)
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(folder / "streaming.png", dpi=110)
+    plt.close(figure)
+    rows = []
+    for r in levels:
+        raw, product = r["raw"], r["product"]
+        rows.append(
+            [
+                r["concurrency"],
+                f"{fmt(raw['ttft_p50_ms'])} / {fmt(product['ttft_p50_ms'])}",
+                f"{fmt(raw['ttft_p95_ms'])} / {fmt(product['ttft_p95_ms'])}",
+                f"{fmt(raw['gap_p50_ms'])} / {fmt(product['gap_p50_ms'])}",
+                f"{fmt(raw['gap_p99_ms'])} / {fmt(product['gap_p99_ms'])}",
+                f"{fmt(raw['tokens_per_s'])} / {fmt(product['tokens_per_s'])}",
+                f"{r['throughput_ratio']:.3f}",
+                f"{r['ttft_p50_added_ms']:+.1f}",
+            ]
+        )
+    worst_ratio = min(r["throughput_ratio"] for r in levels)
+    worst_added = max(r["ttft_p50_added_ms"] for r in levels)
+    return "\n\n".join(
+        [
+            "## 1. Streaming overhead: product WebSocket against direct engine HTTP",
+            f"{levels[0]['raw']['requests']}–{levels[-1]['raw']['requests']} requests per level, "
+            f"{result['max_tokens']} output tokens at most, temperature 0, the same prompts on both paths, "
+            "one engine with the shipped settings. Each cell: raw / product; times in ms.",
+            table(
+                [
+                    "chats",
+                    "TTFT p50",
+                    "TTFT p95",
+                    "between tokens p50",
+                    "between tokens p99",
+                    "tokens/s",
+                    "throughput ratio",
+                    "TTFT p50 added",
+                ],
+                rows,
+            ),
+            "![Streaming overhead](benchmarks/streaming.png)",
+            f"Target: throughput ratio at least 0.95 — worst level {worst_ratio:.3f}, "
+            f"{verdict(worst_ratio >= 0.95)}. At most 20 ms added to the p50 TTFT — worst level "
+            f"{worst_added:+.1f} ms, {verdict(worst_added <= 20)}.",
+        ]
+    )
+
+
+def batching_section(result: dict, folder: Path) -> str:
+    loop, raw, product = result["generate_loop"], result["raw"], result["product"]
+    figure, axis = plt.subplots(figsize=(6, 3.4))
+    labels = [
+        "transformers generate,\none at a time",
+        "raw engine,\n32 concurrent",
+        "product,\n32 concurrent",
+    ]
+    values = [loop["tokens_per_s"], raw["tokens_per_s"], product["tokens_per_s"]]
+    bars = axis.bar(labels, values, color=["#9ca3af", RAW, PRODUCT])
+    axis.bar_label(bars, fmt="%.0f")
+    axis.set(ylabel="output tokens/s", title="Continuous batching")
+    figure.tight_layout()
+    figure.savefig(folder / "batching.png", dpi=110)
+    plt.close(figure)
+    speedup = result["product_speedup"]
+    return "\n\n".join(
+        [
+            "## 2. Continuous batching: the product at 32 chats against a `generate` loop",
+            f"The same {result['concurrency']} requests ({result['max_tokens']} output tokens at most, "
+            "greedy decoding). "
+            f"The loop served {loop['requests']} of them one after another, alone on the CPU "
+            f"({loop['threads']} torch threads), with the checkpoint the engine serves.",
+            table(
+                ["", "requests", "output tokens", "wall s", "tokens/s"],
+                [
+                    [
+                        "transformers generate loop",
+                        loop["requests"],
+                        loop["completion_tokens"],
+                        loop["wall_s"],
+                        loop["tokens_per_s"],
+                    ],
+                    [
+                        "raw engine, 32 concurrent",
+                        raw["requests"],
+                        raw["completion_tokens"],
+                        raw["wall_s"],
+                        raw["tokens_per_s"],
+                    ],
+                    [
+                        "product, 32 concurrent",
+                        product["requests"],
+                        product["completion_tokens"],
+                        product["wall_s"],
+                        product["tokens_per_s"],
+                    ],
+                ],
+            ),  # fmt: skip
+            "![Continuous batching](benchmarks/batching.png)",
+            f"Target: at least 14 times the loop's tokens/s — the product reached {speedup:.1f}× "
+            f"(the raw engine {result['raw_speedup']:.1f}×), {verdict(speedup >= 14)}.",
+        ]
+    )
+
+
+def prefix_section(result: dict, folder: Path) -> str:
+    on, off = result["on"], result["off"]
+    turns = [t["turn"] for t in on["product"]]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot(
+        turns, [t["ttft_ms"] for t in off["product"]], "o-", color="#dc2626", label="product, caching off"
+    )
+    left.plot(turns, [t["ttft_ms"] for t in on["product"]], "o-", color=PRODUCT, label="product, caching on")
+    left.plot(turns, [t["ttft_ms"] for t in off["raw"]], "x--", color="#f87171", label="raw, caching off")
+    left.plot(turns, [t["ttft_ms"] for t in on["raw"]], "x--", color=RAW, label="raw, caching on")
+    left.set(xlabel="turn", ylabel="ms (log)", title="Time to first token by turn", yscale="log")
+    right.plot(
+        turns, [t["prompt_tokens"] for t in on["product"]], "o-", color="#9ca3af", label="prompt tokens"
+    )
+    right.plot(turns, [t["cached_tokens"] for t in on["product"]], "o-", color=PRODUCT, label="cached (on)")
+    right.plot(
+        turns, [t["cached_tokens"] for t in off["product"]], "o-", color="#dc2626", label="cached (off)"
+    )
+    right.set(xlabel="turn", ylabel="tokens", title="Prompt tokens served from the cache (product)")
+    for axis in (left, right):
+        axis.legend(fontsize=8)
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(folder / "prefix.png", dpi=110)
+    plt.close(figure)
+    rows = [
+        [
+            p_on["turn"],
+            p_on["prompt_tokens"],
+            f"{fmt(p_off['ttft_ms'])} / {fmt(p_on['ttft_ms'])}",
+            f"{fmt(r_off['ttft_ms'])} / {fmt(r_on['ttft_ms'])}",
+            f"{p_off['cached_tokens']} / {p_on['cached_tokens']}",
+        ]
+        for p_on, p_off, r_on, r_off in zip(on["product"], off["product"], on["raw"], off["raw"], strict=True)
+    ]
+    speedup = result["turn8_speedup_product"]
+    return "\n\n".join(
+        [
+            "## 3. Prefix caching over 8-turn conversations",
+            f"{result['conversations']} conversation(s) per mode (medians shown), a ~440-token system "
+            f"prompt, answers of {result['max_tokens']} tokens at most, one turn at a time. "
+            "Each cell: caching off / on.",
+            table(["turn", "prompt tokens", "product TTFT ms", "raw TTFT ms", "product cached tokens"], rows),
+            "![Prefix caching](benchmarks/prefix.png)",
+            f"Target: at turn 8, at least 10 times lower TTFT with caching — the product {speedup:.1f}× "
+            f"(the raw engine {result['turn8_speedup_raw']:.1f}×), {verdict(speedup >= 10)}.",
+        ]
+    )
+
+
+def knee_section(result: dict, folder: Path) -> str:
+    rows, shipped, chosen = result["rows"], result["shipped"], result["chosen"]
+    names = list(chosen)
+    figure, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6))
+    for axis, name in zip(axes, names, strict=True):
+        points = sorted(
+            (r for r in rows if all(r[k] == shipped[k] for k in shipped if k != name)), key=lambda r: r[name]
+        )
+        x = [str(p[name]) for p in points]
+        axis.bar(x, [p["tokens_per_s"] for p in points], color=PRODUCT, alpha=0.7, label="tokens/s")
+        axis.set(xlabel=name, ylabel="output tokens/s")
+        twin = axis.twinx()
+        twin.plot(x, [p["ttft_p50_ms"] for p in points], "o-", color="#dc2626", label="TTFT p50 ms")
+        twin.plot(x, [p["gap_p50_ms"] for p in points], "s--", color="#16a34a", label="between tokens p50 ms")
+        twin.set(ylabel="ms")
+        axis.set_title(f"{name} (chosen {chosen[name]})", fontsize=10)
+        lines = axis.get_legend_handles_labels()
+        twin_lines = twin.get_legend_handles_labels()
+        axis.legend(lines[0] + twin_lines[0], lines[1] + twin_lines[1], fontsize=7, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(folder / "knee.png", dpi=110)
+    plt.close(figure)
+    body = [
+        [
+            r["max_num_seqs"], r["block_size"], r["max_num_batched_tokens"], r["tokens_per_s"],
+            r["ttft_p50_ms"], r["ttft_p95_ms"], r["gap_p50_ms"],
+        ]
+        for r in rows
+    ]  # fmt: skip
+    decisions = [
+        f"- `{name}`: shipped {shipped[name]}, chosen {chosen[name]}"
+        + (" — the same." if shipped[name] == chosen[name] else " — **differs**.")
+        for name in names
+    ]
+    return "\n\n".join(
+        [
+            "## 4. Knee of the curve: choosing the engine defaults",
+            f"The raw engine under {result['load']} concurrent requests ({result['max_tokens']} output "
+            "tokens, a ~520-token prompt each with its own cache salt, so all are prefilled), one setting "
+            "varied at a time around the shipped defaults; each point is a freshly started engine. "
+            "Rule: the smallest "
+            f"`max_num_seqs` / `max_num_batched_tokens` within {result['knee_share']:.0%} of the best "
+            "throughput, and the smallest block size within that share (finer prefix-cache hits).",
+            table(
+                [
+                    "max_num_seqs",
+                    "block",
+                    "batched tokens",
+                    "tokens/s",
+                    "TTFT p50",
+                    "TTFT p95",
+                    "between p50",
+                ],
+                body,
+            ),
+            "![Knee of the curve](benchmarks/knee.png)",
+            "\n".join(decisions),
+        ]
+    )
+
+
+def machine_section(results: list[dict]) -> str:
+    machine = results[0]["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+    durations = ", ".join(f"{r['benchmark']} {r['duration_s'] / 60:.1f} min" for r in results)
+    quick = any(r.get("quick") for r in results)
+    return "\n".join(
+        [
+            "## Machine",
+            "",
+            f"- CPU: {machine['cpu']}, {machine['cores']} cores; memory {machine['memory_gb']} GB; "
+            f"accelerator: {machine['accelerator']}",
+            f"- {machine['system']}, Python {machine['python']}; {versions}",
+            f"- Model: {machine['model']}; commit {machine['commit']}; run {machine['date']}"
+            + (" (**quick mode**: fewer requests and settings)" if quick else ""),
+            f"- Run time: {durations}.",
+            "- The machine was shared with other work while the benchmarks ran: absolute figures are noisy, "
+            "the ratios (both sides measured in the same run on the same prompts) are the meaningful part.",
+        ]
+    )
+
+
+INTRO = """# Benchmarks
+
+`make bench` runs the four benchmarks in `bench/` and rewrites this page, its charts and the JSON
+results in `docs/benchmarks/`; `make bench QUICK=1` runs a reduced set (fewer requests and engine
+settings). Each benchmark starts its own engine(s) with `inference.launcher` and the product with
+daphne on the configured database and Redis, like `make run`, and compares against the raw engine in
+the same run, on the same prompts, at temperature 0. Targets are goals reported here, not test
+assertions. Run time on the machine below: about {minutes:.0f} minutes for this run.
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--doc", type=Path, default=DOC)
+    options = parser.parse_args(argv)
+    sections, results = [], []
+    builders = {
+        "streaming": streaming_section,
+        "batching": batching_section,
+        "prefix": prefix_section,
+        "knee": knee_section,
+    }
+    for name, build in builders.items():
+        result = load(options.results, name)
+        if result is None:
+            sections.append(f"## {name}\n\nNot run yet: `python -m bench.bench_{name}`.")
+            continue
+        results.append(result)
+        sections.append(build(result, options.results))
+    minutes = sum(r["duration_s"] for r in results) / 60
+    parts = [INTRO.format(minutes=minutes)]
+    if results:
+        parts.append(machine_section(results))
+    options.doc.write_text("\n\n".join(parts + sections) + "\n")
+    print(f"wrote {options.doc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The dashboard's figures: the web tier's and the engine's metrics over a recent window.
+
+Both sources are Prometheus text. Each poll takes a snapshot of both; figures are
+differences between the newest snapshot and one about `MONITORING_WINDOW_SECONDS`
+old, so they describe the last minute rather than the process's lifetime, and they
+stay right with several web processes (the snapshots come from the shared metrics).
+"""
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitoring import metrics
+
+Snapshot = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    web: Snapshot
+    engine: Snapshot | None
+
+
+def parse(text: str) -> Snapshot:
+    """Sample values summed over labels, except histogram buckets, kept apart as `name|le`."""
+    values: Snapshot = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = sample.name
+            if key.endswith("_bucket") and "le" in sample.labels:
+                key = f"{key}|{sample.labels['le']}"
+            values[key] = values.get(key, 0.0) + sample.value
+    return values
+
+
+def scrape_engine() -> tuple[Snapshot | None, str | None]:
+    """The engine's metrics, or None and the reason it could not be read."""
+    try:
+        response = httpx.get(settings.INFERENCE_URL.rstrip("/") + "/metrics", timeout=2)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        return None, f"{exc.__class__.__name__}: {exc}"
+    return parse(response.text), None
+
+
+def histogram_quantile(q: float, name: str, new: Snapshot, old: Snapshot | None) -> float | None:
+    """Prometheus' histogram_quantile over the observations between two snapshots."""
+    prefix = f"{name}_bucket|"
+    buckets = []
+    for key, value in new.items():
+        if key.startswith(prefix):
+            bound = float(key[len(prefix) :])
+            buckets.append((bound, value - (old or {}).get(key, 0.0)))
+    buckets.sort()
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def _rate(name: str, new: Sample, old: Sample | None, source: str) -> float | None:
+    new_values, old_values = getattr(new, source), getattr(old, source) if old else None
+    if old is None or new_values is None or old_values is None or new.at <= old.at:
+        return None
+    return max(new_values.get(name, 0.0) - old_values.get(name, 0.0), 0.0) / (new.at - old.at)
+
+
+def _ratio(numerator: str, denominator: str, new: Snapshot | None, old: Snapshot | None) -> float | None:
+    if new is None:
+        return None
+    old = old or {}
+    queries = new.get(denominator, 0.0) - old.get(denominator, 0.0)
+    if queries <= 0:
+        return None
+    return (new.get(numerator, 0.0) - old.get(numerator, 0.0)) / queries
+
+
+def _quantile_ms(q: float, name: str, new: Snapshot | None, old: Snapshot | None) -> float | None:
+    seconds = histogram_quantile(q, name, new, old) if new is not None else None
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class Window:
+    """Recent snapshots of this process, enough to reach back one window."""
+
+    def __init__(self) -> None:
+        self._samples: deque[Sample] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, sample: Sample, window: float) -> Sample | None:
+        """Store `sample` and return the one to compare it with (about `window` seconds older)."""
+        with self._lock:
+            self._samples.append(sample)
+            while len(self._samples) > 2 and self._samples[1].at <= sample.at - window:
+                self._samples.popleft()
+            oldest = self._samples[0]
+            return oldest if oldest is not sample else None
+
+
+_window = Window()
+
+
+def dashboard_figures() -> dict:
+    """Everything the dashboard draws, over the last window (lifetime totals on the first call)."""
+    web_text, _ = metrics.render()
+    engine, engine_error = scrape_engine()
+    sample = Sample(at=time.time(), web=parse(web_text.decode()), engine=engine)
+    base = _window.add(sample, settings.MONITORING_WINDOW_SECONDS)
+    web, old_web = sample.web, base.web if base else None
+    old_engine = base.engine if base else None
+    ttft, gap, engine_ttft = (
+        "chat_time_to_first_token_seconds",
+        "chat_time_between_tokens_seconds",
+        "vllm:time_to_first_token_seconds",
+    )
+    return {
+        "time": sample.at,
+        "window_seconds": round(sample.at - base.at, 1) if base else None,
+        "web": {
+            "ttft_p50_ms": _quantile_ms(0.5, ttft, web, old_web),
+            "ttft_p95_ms": _quantile_ms(0.95, ttft, web, old_web),
+            "token_gap_p50_ms": _quantile_ms(0.5, gap, web, old_web),
+            "token_gap_p99_ms": _quantile_ms(0.99, gap, web, old_web),
+            "tokens_per_second": _round(_rate("chat_streamed_tokens_total", sample, base, "web")),
+            "active_generations": web.get("chat_active_generations", 0.0),
+            "websocket_connections": web.get("chat_websocket_connections", 0.0),
+            "running_jobs": web.get("chat_bulk_jobs_running", 0.0),
+            "circuit_state": web.get("chat_engine_circuit_state", 0.0),
+            "engine_errors": web.get("chat_engine_errors_total", 0.0),
+            "admissions_refused": web.get("chat_admissions_refused_total", 0.0),
+        },
+        "engine": {
+            "up": engine is not None,
+            "error": engine_error,
+            "running": engine.get("vllm:num_requests_running") if engine else None,
+            "waiting": engine.get("vllm:num_requests_waiting") if engine else None,
+            "kv_cache_usage": _round(engine.get("vllm:kv_cache_usage_perc"), 4) if engine else None,
+            "prefix_cache_hit_rate": _round(
+                _ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", engine, old_engine),
+                4,
+            ),
+            "tokens_per_second": _round(_rate("vllm:generation_tokens_total", sample, base, "engine")),
+            "ttft_p50_ms": _quantile_ms(0.5, engine_ttft, engine, old_engine),
+            "ttft_p95_ms": _quantile_ms(0.95, engine_ttft, engine, old_engine),
+        },
+    }

@@ -1,0 +1,64 @@
+"""Each benchmark module imports and parses its arguments; the suite never runs a benchmark."""
+
+import importlib
+
+import pytest
+
+MODULES = ["bench_streaming", "bench_batching", "bench_prefix", "bench_knee"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_it_imports_each_benchmark_and_documents_its_target(name):
+    module = importlib.import_module(f"bench.{name}")
+    assert callable(module.main)
+    assert "Target" in module.__doc__ or "defaults" in module.__doc__
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_it_parses_quick_and_output_and_refuses_unknown_flags(name, tmp_path):
+    cli = importlib.import_module(f"bench.{name}").parser()
+    options = cli.parse_args(["--quick", "--output", str(tmp_path)])
+    assert options.quick is True and options.output == tmp_path
+    assert cli.parse_args([]).quick is False
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--no-such-flag"])
+
+
+def test_it_picks_the_knee_by_its_written_rule(settings):
+    from bench.bench_knee import choose, points
+
+    settings.INFERENCE_MAX_NUM_SEQS, settings.INFERENCE_BLOCK_SIZE = 32, 32
+    settings.INFERENCE_MAX_NUM_BATCHED_TOKENS = 4096
+    rows = [
+        {"max_num_seqs": seqs, "block_size": 32, "max_num_batched_tokens": 4096, "tokens_per_s": tps}
+        for seqs, tps in [(8, 100.0), (16, 200.0), (32, 290.0), (64, 300.0)]
+    ]
+    assert choose(rows, "max_num_seqs") == 32
+    assert len(points({"max_num_seqs": [16, 32], "block_size": [32, 64]})) == 3
+
+
+def test_it_writes_the_report_with_charts_from_results(tmp_path):
+    import json
+
+    from bench import report
+
+    machine = {
+        "cpu": "test cpu", "cores": 2, "memory_gb": 8, "accelerator": "none", "python": "3.11",
+        "system": "Linux", "versions": {"vllm": "0"}, "commit": "abc", "model": "m", "date": "today",
+    }  # fmt: skip
+    figures = {"requests": 8, "tokens_per_s": 100.0, "ttft_p50_ms": 50.0, "ttft_p95_ms": 80.0,
+               "gap_p50_ms": 30.0, "gap_p99_ms": 60.0}  # fmt: skip
+    streaming = {
+        "benchmark": "streaming", "machine": machine, "duration_s": 60, "max_tokens": 64,
+        "levels": [
+            {"concurrency": c, "raw": figures, "product": figures, "throughput_ratio": 1.0,
+             "ttft_p50_added_ms": 1.0}
+            for c in (1, 4)
+        ],
+    }  # fmt: skip
+    (tmp_path / "streaming.json").write_text(json.dumps(streaming))
+    doc = tmp_path / "benchmarks.md"
+    report.main(["--results", str(tmp_path), "--doc", str(doc)])
+    text = doc.read_text()
+    assert "test cpu" in text and "streaming.png" in text and "Not run yet" in text
+    assert (tmp_path / "streaming.png").stat().st_size > 1000

@@ -1,0 +1,105 @@
+"""The staff dashboard: staff only, live charts from a JSON endpoint of web-tier and engine figures."""
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.chat_client import session_cookie
+
+pytestmark = pytest.mark.django_db
+
+WEB_FIELDS = {
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "token_gap_p50_ms",
+    "token_gap_p99_ms",
+    "tokens_per_second",
+    "active_generations",
+    "websocket_connections",
+    "running_jobs",
+    "circuit_state",
+    "engine_errors",
+    "admissions_refused",
+}
+ENGINE_FIELDS = {
+    "up",
+    "error",
+    "running",
+    "waiting",
+    "kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "tokens_per_second",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+}
+
+
+@pytest.fixture
+def staff():
+    return get_user_model().objects.create_user("watcher", password="pw-watcher-123", is_staff=True)
+
+
+@pytest.fixture
+def member():
+    return get_user_model().objects.create_user("member", password="pw-member-123")
+
+
+@pytest.mark.parametrize("path", ["/monitoring/", "/monitoring/data.json"])
+def test_it_sends_anonymous_and_non_staff_users_to_the_login(client, member, path):
+    assert client.get(path).status_code == 302
+    client.force_login(member)
+    response = client.get(path)
+    assert response.status_code == 302
+    assert "login" in response["Location"]
+
+
+def test_it_serves_the_page_with_charts_and_no_inline_script(client, staff):
+    client.force_login(staff)
+    response = client.get("/monitoring/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'src="/static/monitoring/dashboard.js"' in html
+    assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), "inline script"
+    assert html.count('class="chart"') >= 6
+    assert "cdn" not in html.lower()
+
+
+def test_it_combines_web_tier_and_engine_figures(client, staff, engine_url, settings):
+    settings.INFERENCE_URL = engine_url
+    client.force_login(staff)
+    first = client.get("/monitoring/data.json").json()
+    second = client.get("/monitoring/data.json").json()
+    for body in (first, second):
+        assert set(body["web"]) == WEB_FIELDS
+        assert set(body["engine"]) == ENGINE_FIELDS
+        assert body["engine"]["up"] is True
+        assert body["engine"]["running"] == 0
+        assert 0 <= body["engine"]["kv_cache_usage"] <= 1
+    assert second["window_seconds"] is not None
+    assert second["web"]["tokens_per_second"] == 0
+
+
+def test_it_reports_an_unreachable_engine_instead_of_failing(client, staff, settings):
+    settings.INFERENCE_URL = "http://127.0.0.1:1"
+    client.force_login(staff)
+    body = client.get("/monitoring/data.json").json()
+    assert body["engine"]["up"] is False
+    assert body["engine"]["error"]
+    assert body["engine"]["running"] is None
+    assert set(body["web"]) == WEB_FIELDS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_redraws_the_charts_by_itself_in_a_browser(page, product_server, staff):
+    page.context.add_cookies([{"name": "sessionid", "value": session_cookie(staff), "url": product_server}])
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(product_server + "/monitoring/")
+    page.wait_for_function(
+        "Number(document.getElementById('dashboard').dataset.updates || 0) >= 2", timeout=30000
+    )
+    assert page.locator("figure.chart canvas").count() >= 6
+    assert "engine up" in page.locator("#status").inner_text()
+    assert page.locator("figure.chart .legend span").count() >= 10
+    assert errors == []
