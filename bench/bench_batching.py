@@ -14,19 +14,16 @@ import time
 from django.conf import settings
 
 from bench.bench_streaming import MAX_TOKENS, messages, product_level, raw_level
-from bench.common import (
-    PROMPTS,
-    SHORT_SYSTEM_PROMPT,
-    arguments,
+from bench.processes import (
     bench_users,
     engine_config,
     engine_running,
-    engine_settings,
     product_environment,
     product_running,
     redis_running,
-    save,
 )
+from bench.prompts import PROMPTS, SHORT_SYSTEM_PROMPT
+from bench.results import arguments, engine_settings, save
 
 CONCURRENCY = 32
 

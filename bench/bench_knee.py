@@ -20,18 +20,10 @@ from dataclasses import replace
 
 from django.conf import settings
 
-from bench.common import (
-    LONG_SYSTEM_PROMPT,
-    PROMPTS,
-    RawEngine,
-    arguments,
-    engine_config,
-    engine_running,
-    new_salt,
-    run_concurrently,
-    save,
-    summarize,
-)
+from bench.clients import RawEngine, run_concurrently
+from bench.processes import engine_config, engine_running
+from bench.prompts import LONG_SYSTEM_PROMPT, PROMPTS, new_salt
+from bench.results import arguments, save, summarize
 
 MAX_TOKENS = 64
 LOAD = 64

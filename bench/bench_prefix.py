@@ -11,22 +11,17 @@ Target: at turn 8, at least 10 times lower time to first token with caching.
 import argparse
 import asyncio
 
-from bench.common import (
-    LONG_SYSTEM_PROMPT,
-    ProductChat,
-    RawEngine,
-    arguments,
+from bench.clients import ProductChat, RawEngine
+from bench.processes import (
     bench_users,
     engine_config,
     engine_running,
-    engine_settings,
-    new_salt,
-    percentile,
     product_environment,
     product_running,
     redis_running,
-    save,
 )
+from bench.prompts import LONG_SYSTEM_PROMPT, new_salt
+from bench.results import arguments, engine_settings, percentile, save
 
 MAX_TOKENS = 96
 TURNS = [

@@ -10,24 +10,17 @@ Targets: at least 0.95 of the raw throughput; at most 20 ms added to the p50 TTF
 import argparse
 import asyncio
 
-from bench.common import (
-    PROMPTS,
-    SHORT_SYSTEM_PROMPT,
-    ProductChat,
-    RawEngine,
-    arguments,
+from bench.clients import ProductChat, RawEngine, run_concurrently
+from bench.processes import (
     bench_users,
     engine_config,
     engine_running,
-    engine_settings,
-    new_salt,
     product_environment,
     product_running,
     redis_running,
-    run_concurrently,
-    save,
-    summarize,
 )
+from bench.prompts import PROMPTS, SHORT_SYSTEM_PROMPT, new_salt
+from bench.results import arguments, engine_settings, save, summarize
 
 LEVELS = (1, 4, 16, 32)
 MAX_TOKENS = 64

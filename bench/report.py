@@ -13,8 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "benchmarks"
+from bench.results import RESULTS, ROOT  # noqa: E402
+
 DOC = ROOT / "docs" / "benchmarks.md"
 RAW, PRODUCT = "#6b7280", "#2563eb"
 

@@ -1,0 +1,147 @@
+"""Redis, engines and the product, started the way `make run` starts them, and benchmark users."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from inference.launcher import EngineConfig, EngineProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = Path(settings.DATA_DIR) / "bench-logs"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+def log_file(name: str):
+    LOGS.mkdir(parents=True, exist_ok=True)
+    return open(LOGS / f"{name}.log", "w")  # noqa: SIM115 - the caller closes it
+
+
+@contextlib.contextmanager
+def redis_running() -> Iterator[None]:
+    """REDIS_URL's Redis, or the bundled one on its default address, as `make run` does."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+
+    def up() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    process = None
+    if not up():
+        if "REDIS_URL" in os.environ:
+            raise RuntimeError(f"REDIS_URL={settings.REDIS_URL} does not answer")
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runredis"], cwd=ROOT, stdout=subprocess.DEVNULL
+        )
+    try:
+        wait_for(up, 30, "Redis")
+        yield
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(10)
+
+
+def engine_config(**overrides) -> EngineConfig:
+    """The product's engine settings, on a free port, with `overrides`."""
+    return replace(EngineConfig.from_settings(settings), url=f"http://127.0.0.1:{free_port()}", **overrides)
+
+
+@contextlib.contextmanager
+def engine_running(config: EngineConfig, name: str = "engine") -> Iterator[str]:
+    log = log_file(name)
+    engine = EngineProcess(config, output=log)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout=settings.INFERENCE_STARTUP_TIMEOUT)
+        yield config.url
+    finally:
+        engine.stop()
+        log.close()
+
+
+@contextlib.contextmanager
+def product_running(engine_url: str, **environment: str) -> Iterator[str]:
+    """daphne serving the product against `engine_url`, with extra settings from `environment`."""
+    port = free_port()
+    env = dict(os.environ, INFERENCE_URL=engine_url, **environment)
+    log = log_file("daphne")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(base + "/accounts/login/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, 60, "daphne")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(15)
+        log.close()
+
+
+def product_environment(*, system_prompt: str, max_tokens: int) -> dict[str, str]:
+    """Settings that make the product send what the raw client sends, without its own limits in the way."""
+    return {
+        "CHAT_SYSTEM_PROMPT": system_prompt,
+        "CHAT_MAX_TOKENS": str(max_tokens),
+        "CHAT_TEMPERATURE": "0",
+        "CHAT_MAX_ACTIVE_PER_USER": "1000",
+        "CHAT_MAX_ACTIVE_TOTAL": "1000",
+        "CHAT_MESSAGES_PER_MINUTE": "100000",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+@contextlib.contextmanager
+def bench_users(count: int) -> Iterator[list[str]]:
+    """Session cookies of `count` fresh users (fresh users have their own prefix-cache salts);
+    the users and their conversations are deleted afterwards."""
+    users = [get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:12]}") for _ in range(count)]
+    try:
+        cookies = []
+        for user in users:
+            client = Client()
+            client.force_login(user)
+            cookies.append(client.cookies["sessionid"].value)
+        yield cookies
+    finally:
+        get_user_model().objects.filter(pk__in=[u.pk for u in users]).delete()
