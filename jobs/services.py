@@ -102,7 +102,7 @@ def job_create(
         batch_size=200,
     )
     if start:
-        job_start(job=job)
+        job = job_start(job=job)
     return job
 
 
@@ -116,7 +116,9 @@ def job_start(*, job: Job) -> Job:
     job.status = Job.Status.QUEUED
     job.finished_at = None
     job.save(update_fields=["status", "finished_at"])
-    _enqueue(job.pk)
+    if job_finish(job_id=job.pk) is None:
+        _enqueue(job.pk)
+    job.refresh_from_db()
     return job
 
 
