@@ -85,7 +85,8 @@ def engine_running(config: EngineConfig, name: str = "engine") -> Iterator[str]:
         yield config.url
     finally:
         engine.stop()
-        log.close()
+        # Not closed: the launcher's output thread may still be writing the engine's last lines.
+        log.flush()
 
 
 @contextlib.contextmanager

@@ -126,8 +126,9 @@ def batching_section(result: dict, folder: Path) -> str:
             "## 2. Continuous batching: the product at 32 chats against a `generate` loop",
             f"The same {result['concurrency']} requests ({result['max_tokens']} output tokens at most, "
             "greedy decoding). "
-            f"The loop served {loop['requests']} of them one after another, alone on the CPU "
-            f"({loop['threads']} torch threads), with the checkpoint the engine serves.",
+            f"The loop served {loop['requests']} of them one after another, with the engine stopped "
+            f"({loop['threads']} torch thread(s), {loop.get('dtype', 'bfloat16')}: the faster of bf16 and "
+            "float32 and of one thread or all, probed first), with the checkpoint the engine serves.",
             table(
                 ["", "requests", "output tokens", "wall s", "tokens/s"],
                 [

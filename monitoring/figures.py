@@ -29,13 +29,18 @@ class Sample:
 
 
 def parse(text: str) -> Snapshot:
-    """Sample values summed over labels, except histogram buckets, kept apart as `name|le`."""
+    """Sample values summed over labels (histogram buckets kept apart as `name|le`),
+    and each labelled sample also alone, as `name{label=value}` for its first label."""
     values: Snapshot = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = sample.name
             if key.endswith("_bucket") and "le" in sample.labels:
                 key = f"{key}|{sample.labels['le']}"
+            elif sample.labels:
+                label, value = next(iter(sample.labels.items()))
+                labelled = f"{key}{{{label}={value}}}"
+                values[labelled] = values.get(labelled, 0.0) + sample.value
             values[key] = values.get(key, 0.0) + sample.value
     return values
 
@@ -144,7 +149,10 @@ def dashboard_figures() -> dict:
             "tokens_per_second": _round(_rate("chat_streamed_tokens_total", sample, base, "web")),
             "active_generations": web.get("chat_active_generations", 0.0),
             "websocket_connections": web.get("chat_websocket_connections", 0.0),
-            "running_jobs": web.get("chat_bulk_jobs_running", 0.0),
+            "running_jobs": web.get("chat_bulk_jobs{status=running}", 0.0),
+            "queued_jobs": web.get("chat_bulk_jobs{status=queued}", 0.0),
+            "job_documents_done": web.get("chat_bulk_job_documents{status=done}", 0.0),
+            "job_documents_total": web.get("chat_bulk_job_documents", 0.0),
             "circuit_state": web.get("chat_engine_circuit_state", 0.0),
             "engine_errors": web.get("chat_engine_errors_total", 0.0),
             "admissions_refused": web.get("chat_admissions_refused_total", 0.0),

@@ -1,20 +1,21 @@
 """The web tier's Prometheus metrics and the functions that move them.
 
-Call sites (generation, consumer, admission control, circuit breaker, bulk jobs)
-call the small functions below and never touch a metric object, so names and
-buckets live in one place.
+Call sites (generation, consumer, admission control, circuit breaker) call the
+small functions below and never touch a metric object, so names and buckets live
+in one place. Bulk job progress is read from the database at scrape time
+(monitoring.jobs).
 
-Several processes (daphne workers, Celery workers) share one view when
-PROMETHEUS_MULTIPROC_DIR is set before the process starts: prometheus_client
-then writes every value to memory-mapped files in that directory and `render()`
-aggregates them. Without it each process exposes only its own figures.
-docs/monitoring.md has the details.
+Several web processes share one view when PROMETHEUS_MULTIPROC_DIR is set before
+they start: prometheus_client then writes every value to memory-mapped files in
+that directory and `render()` sums them. Without it each process exposes only its
+own figures. docs/monitoring.md has the details.
 """
 
 import os
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -70,23 +71,30 @@ CIRCUIT_STATE = Gauge(
     "Engine circuit breaker: 0 closed, 1 half-open, 2 open (the worst over processes).",
     multiprocess_mode="livemax",
 )
-BULK_JOBS_RUNNING = Gauge("chat_bulk_jobs_running", "Bulk jobs being processed.", multiprocess_mode="livesum")
-BULK_JOB_ITEMS = Counter("chat_bulk_job_items_total", "Bulk job items processed, by outcome.", ["status"])
-BULK_JOBS = Counter("chat_bulk_jobs_total", "Bulk jobs that ended, by final status.", ["status"])
 
 
 def multiprocess_enabled() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+class _Exposition:
+    """This process's metrics (every process's in multiprocess mode) and bulk job progress."""
+
+    def collect(self):
+        if multiprocess_enabled():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+        else:
+            registry = REGISTRY
+        yield from registry.collect()
+        from monitoring.jobs import BulkJobsCollector
+
+        yield from BulkJobsCollector().collect()
+
+
 def render() -> tuple[bytes, str]:
-    """The exposition text of every metric (all processes in multiprocess mode) and its content type."""
-    if multiprocess_enabled():
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-    else:
-        from prometheus_client import REGISTRY as registry
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    """The exposition text for /metrics and its content type."""
+    return generate_latest(_Exposition()), CONTENT_TYPE_LATEST
 
 
 def generation_started() -> None:
@@ -156,16 +164,3 @@ def engine_error(code: str) -> None:
 def circuit_state(state: str) -> None:
     """The breaker moved to `closed`, `half_open` or `open`."""
     CIRCUIT_STATE.set(CIRCUIT_STATES[state])
-
-
-def bulk_job_started() -> None:
-    BULK_JOBS_RUNNING.inc()
-
-
-def bulk_job_items(count: int = 1, *, status: str = "done") -> None:
-    BULK_JOB_ITEMS.labels(status=status).inc(count)
-
-
-def bulk_job_finished(status: str) -> None:
-    BULK_JOBS_RUNNING.dec()
-    BULK_JOBS.labels(status=status).inc()

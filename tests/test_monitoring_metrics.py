@@ -22,8 +22,8 @@ NAMED = [
     "chat_admissions_refused",
     "chat_engine_circuit_state",
     "chat_engine_errors",
-    "chat_bulk_jobs_running",
-    "chat_bulk_job_items",
+    "chat_bulk_jobs",
+    "chat_bulk_job_documents",
 ]
 
 
@@ -45,6 +45,7 @@ def scrape(base: str) -> dict:
     return values(response.text)
 
 
+@pytest.mark.django_db
 def test_it_exposes_the_named_metrics_in_prometheus_format(client):
     response = client.get("/metrics")
     assert response.status_code == 200
@@ -53,11 +54,29 @@ def test_it_exposes_the_named_metrics_in_prometheus_format(client):
     assert sorted(set(NAMED) - families) == []
 
 
+@pytest.mark.django_db
 def test_it_asks_for_the_bearer_token_when_one_is_set(client, settings):
     settings.MONITORING_METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+@pytest.mark.django_db
+def test_it_reports_bulk_job_progress_from_the_database(client):
+    from jobs.models import Document, Job
+
+    owner = get_user_model().objects.create_user("bulk-owner")
+    job = Job.objects.create(owner=owner, instruction="Summarize.", max_summary_tokens=64, status="running")
+    Job.objects.create(owner=owner, instruction="Summarize.", max_summary_tokens=64, status="queued")
+    Job.objects.create(owner=owner, instruction="Summarize.", max_summary_tokens=64, status="completed")
+    for status in ["done", "done", "running", "pending"]:
+        Document.objects.create(job=job, external_id=f"doc-{status}", text="x", status=status)
+    figures = values(client.get("/metrics").content.decode())
+    assert value(figures, "chat_bulk_jobs", status="running") == 1
+    assert value(figures, "chat_bulk_jobs", status="queued") == 1
+    assert value(figures, "chat_bulk_job_documents", status="done") == 2
+    assert value(figures, "chat_bulk_job_documents", status="pending") == 1
 
 
 @pytest.mark.django_db(transaction=True)
