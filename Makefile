@@ -60,4 +60,4 @@ bench: prepare
 	$(BIN)/python -m bench.bench_prefix $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_knee $(BENCH_FLAGS)
 	$(BIN)/python -m bench.report
-	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat $(BENCH_FLAGS))
+	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat)
