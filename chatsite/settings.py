@@ -143,6 +143,13 @@ LOGGING = {
     "loggers": {"httpx": {"level": "WARNING"}},
 }
 
+# Chat experience (frontend/).
+# Upper bound of a conversation's "max answer length" setting, in tokens.
+CHAT_MAX_TOKENS_LIMIT = env_int("CHAT_MAX_TOKENS_LIMIT", 2048, minimum=1)
+CHAT_SYSTEM_PROMPT_MAX_CHARS = env_int("CHAT_SYSTEM_PROMPT_MAX_CHARS", 4000, minimum=1)
+# Conversations per page of /api/conversations/ unless ?page_size= asks for fewer or more (up to 100).
+CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
+
 # Bulk summarization jobs (jobs/).
 # Engine priority of bulk requests; chat uses CHAT_PRIORITY and lower numbers run first.
 BULK_PRIORITY = env_int("BULK_PRIORITY", 10)

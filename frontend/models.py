@@ -1,6 +1,11 @@
 """The conversation store: conversations owned by users, and their messages.
 
-A message row is written when it starts and when it ends, never per token."""
+Messages form a tree: each points at the message it follows (`parent`). Editing a
+user message or regenerating an answer adds a sibling, so versions of a turn share
+their common history (and the engine's prefix cache serves it). The conversation
+remembers which leaf is shown; the path from the root to it is the prompt history.
+A message row is written when it starts and when it ends, never per token.
+docs/store.md describes the schema."""
 
 from django.conf import settings
 from django.db import models
@@ -12,6 +17,13 @@ class Conversation(models.Model):
     )
     title = models.CharField(max_length=200, blank=True)
     system_prompt = models.TextField(blank=True)
+    # Null means the deployment's default (CHAT_TEMPERATURE, CHAT_MAX_TOKENS).
+    temperature = models.FloatField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The last message of the version the user sees; new messages follow it.
+    current_leaf = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -35,6 +47,10 @@ class Message(models.Model):
         ERROR = "error"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    # The message this one follows; null for the first user message of each version.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)

@@ -1,13 +1,50 @@
-"""Reads of the conversation store, always scoped to the requesting user."""
+"""Reads of the conversation store, scoped to the requesting user (staff may read all)."""
+
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.timezone import get_current_timezone, is_naive, make_aware
 
 from frontend.models import Conversation, Message
 
+# Stopped answers count (the user saw them); failed or empty ones do not.
+_PROMPT_STATUSES = (Message.Status.COMPLETE, Message.Status.STOPPED)
 
-def conversation_list(*, user: AbstractBaseUser) -> QuerySet[Conversation]:
-    return Conversation.objects.filter(owner=user)
+
+def conversation_list(
+    *,
+    user: AbstractBaseUser,
+    search: str = "",
+    since: datetime | None = None,
+    owner_username: str | None = None,
+    all_users: bool = False,
+) -> QuerySet[Conversation]:
+    """The user's conversations, newest first; `all_users` (staff only) widens it to everyone's.
+
+    `search` matches the title or any message's text, case-insensitively.
+    """
+    conversations = Conversation.objects.all() if all_users else Conversation.objects.filter(owner=user)
+    if owner_username:
+        conversations = conversations.filter(owner__username=owner_username)
+    if since is not None:
+        conversations = conversations.filter(updated_at__gte=since)
+    if search:
+        matching = Message.objects.filter(content__icontains=search).values("conversation_id")
+        conversations = conversations.filter(Q(title__icontains=search) | Q(pk__in=matching))
+    return conversations.order_by("-updated_at", "-id")
+
+
+def since_from(raw: str) -> datetime:
+    """The `since` filter: an ISO 8601 date (midnight) or date-time, naive ones in TIME_ZONE."""
+    moment = parse_datetime(raw)
+    if moment is None:
+        day = parse_date(raw)
+        if day is None:
+            raise ValueError(f"{raw!r} is not an ISO 8601 date or date-time")
+        moment = datetime(day.year, day.month, day.day)
+    return make_aware(moment, get_current_timezone()) if is_naive(moment) else moment
 
 
 def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation | None:
@@ -19,26 +56,48 @@ def message_get(*, user: AbstractBaseUser, message_id: int) -> Message | None:
     return Message.objects.filter(conversation__owner=user, pk=message_id).first()
 
 
-def conversation_history(*, conversation: Conversation) -> list[dict[str, str]]:
-    """Messages that belong in the prompt, oldest first, as chat messages.
+def message_path(*, message: Message) -> list[Message]:
+    """The messages from the conversation's root down to `message`, inclusive."""
+    by_id = {m.pk: m for m in message.conversation.messages.all()}
+    path = []
+    current: Message | None = by_id.get(message.pk, message)
+    while current is not None:
+        path.append(current)
+        current = by_id.get(current.parent_id) if current.parent_id else None
+    return path[::-1]
 
-    Stopped answers count (the user saw them); failed or empty ones do not.
-    """
-    rows = conversation.messages.filter(status__in=[Message.Status.COMPLETE, Message.Status.STOPPED]).exclude(
-        content=""
-    )
-    return [{"role": m.role, "content": m.content} for m in rows]
+
+def conversation_history(*, leaf: Message) -> list[dict[str, str]]:
+    """The prompt history ending at `leaf`: the path from the root, as chat messages."""
+    return [
+        {"role": m.role, "content": m.content}
+        for m in message_path(message=leaf)
+        if m.status in _PROMPT_STATUSES and m.content
+    ]
+
+
+def latest_leaf(*, message: Message) -> Message:
+    """Follow the newest child from `message` down to a leaf."""
+    children: dict[int, list[Message]] = {}
+    for m in message.conversation.messages.exclude(parent=None):
+        children.setdefault(m.parent_id, []).append(m)
+    current = message
+    while current.pk in children:
+        current = max(children[current.pk], key=lambda m: (m.created_at, m.pk))
+    return current
 
 
 def message_as_dict(message: Message) -> dict:
     return {
         "id": message.pk,
+        "parent": message.parent_id,
         "role": message.role,
         "content": message.content,
         "status": message.status,
         "note": message.note,
         "error_code": message.error_code,
         "finish_reason": message.finish_reason,
+        "model": message.model_name,
         "usage": {
             "prompt_tokens": message.prompt_tokens,
             "cached_tokens": message.cached_tokens,
@@ -46,4 +105,34 @@ def message_as_dict(message: Message) -> dict:
         },
         "ttft_ms": message.ttft_ms,
         "duration_ms": message.duration_ms,
+        "created_at": message.created_at.isoformat() if message.created_at else None,
+        "finished_at": message.finished_at.isoformat() if message.finished_at else None,
+    }
+
+
+def conversation_settings(conversation: Conversation) -> dict:
+    return {
+        "system_prompt": conversation.system_prompt,
+        "temperature": conversation.temperature,
+        "max_tokens": conversation.max_tokens,
+    }
+
+
+def conversation_summary(conversation: Conversation) -> dict:
+    return {
+        "id": conversation.pk,
+        "title": conversation.title,
+        "owner": conversation.owner.get_username(),
+        "created_at": conversation.created_at.isoformat(),
+        "updated_at": conversation.updated_at.isoformat(),
+        "settings": conversation_settings(conversation),
+    }
+
+
+def conversation_detail(conversation: Conversation) -> dict:
+    """A conversation with every message of every version, and the shown version's leaf."""
+    return {
+        **conversation_summary(conversation),
+        "current_leaf": conversation.current_leaf_id,
+        "messages": [message_as_dict(m) for m in conversation.messages.all()],
     }

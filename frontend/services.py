@@ -12,10 +12,20 @@ from frontend import selectors
 from frontend.models import Conversation, Message
 
 TITLE_LENGTH = 60
+TEMPERATURE_BOUNDS = (0.0, 2.0)
 
 
 class NotFound(Exception):
     pass
+
+
+class Refused(Exception):
+    """A request the store will not carry out; `code` is stable and client-facing."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class Turn:
     assistant_message_id: int
     system_prompt: str
     history: list[dict[str, str]]
+    temperature: float
+    max_tokens: int
 
 
 def _title_from(content: str) -> str:
@@ -34,33 +46,84 @@ def _title_from(content: str) -> str:
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"
 
 
-@transaction.atomic
-def chat_turn_start(*, user: AbstractBaseUser, conversation_id: int | None, content: str) -> Turn:
-    """Store the user's message and an empty assistant message marked generating."""
-    if conversation_id is None:
-        conversation = Conversation.objects.create(
-            owner=user, title=_title_from(content), system_prompt=settings.CHAT_SYSTEM_PROMPT
-        )
-    else:
-        conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
-        if conversation is None:
-            raise NotFound(conversation_id)
-    user_message = Message.objects.create(conversation=conversation, role=Message.Role.USER, content=content)
-    history = selectors.conversation_history(conversation=conversation)
+def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Message:
+    message = selectors.message_get(user=user, message_id=message_id)
+    if message is None:
+        raise NotFound(message_id)
+    if message.role != role:
+        raise Refused("invalid_field", f"message {message_id} is not a {role} message")
+    return message
+
+
+def _answer(conversation: Conversation, user_message: Message) -> Turn:
+    """Add an empty assistant answer to `user_message` and show it."""
     assistant = Message.objects.create(
         conversation=conversation,
+        parent=user_message,
         role=Message.Role.ASSISTANT,
         status=Message.Status.GENERATING,
         model_name=settings.INFERENCE_MODEL_NAME,
     )
-    conversation.save(update_fields=["updated_at"])
+    conversation.current_leaf = assistant
+    conversation.save(update_fields=["current_leaf", "updated_at"])
     return Turn(
         conversation_id=conversation.pk,
         user_message_id=user_message.pk,
         assistant_message_id=assistant.pk,
         system_prompt=conversation.system_prompt,
-        history=history,
+        history=selectors.conversation_history(leaf=user_message),
+        temperature=(
+            settings.CHAT_TEMPERATURE if conversation.temperature is None else conversation.temperature
+        ),
+        max_tokens=conversation.max_tokens or settings.CHAT_MAX_TOKENS,
     )
+
+
+def _ask(conversation: Conversation, parent: Message | None, content: str) -> Turn:
+    if not conversation.title:
+        conversation.title = _title_from(content)
+        conversation.save(update_fields=["title"])
+    user_message = Message.objects.create(
+        conversation=conversation, parent=parent, role=Message.Role.USER, content=content
+    )
+    return _answer(conversation, user_message)
+
+
+@transaction.atomic
+def chat_turn_start(
+    *, user: AbstractBaseUser, conversation_id: int | None, content: str, parent_id: int | None = None
+) -> Turn:
+    """Store the user's message and an empty assistant message marked generating.
+
+    The message follows `parent_id` when given (a message of the same conversation),
+    otherwise the version the conversation shows.
+    """
+    if conversation_id is None:
+        conversation = Conversation.objects.create(owner=user, system_prompt=settings.CHAT_SYSTEM_PROMPT)
+    else:
+        conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+        if conversation is None:
+            raise NotFound(conversation_id)
+    parent = conversation.current_leaf
+    if parent_id is not None:
+        parent = conversation.messages.filter(pk=parent_id).first()
+        if parent is None:
+            raise NotFound(parent_id)
+    return _ask(conversation, parent, content)
+
+
+@transaction.atomic
+def chat_turn_edit(*, user: AbstractBaseUser, message_id: int, content: str) -> Turn:
+    """Send an edited copy of a user message as a new version of that turn."""
+    original = _owned_message(user, message_id, Message.Role.USER)
+    return _ask(original.conversation, original.parent, content)
+
+
+@transaction.atomic
+def chat_turn_regenerate(*, user: AbstractBaseUser, message_id: int) -> Turn:
+    """Answer the user message that `message_id` (an answer) replied to once more, as a new version."""
+    answer = _owned_message(user, message_id, Message.Role.ASSISTANT)
+    return _answer(answer.conversation, answer.parent)
 
 
 def message_finish(
@@ -91,3 +154,86 @@ def message_finish(
         duration_ms=duration_ms,
         finished_at=timezone.now(),
     )
+
+
+def _owned_conversation(user: AbstractBaseUser, conversation_id: int) -> Conversation:
+    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    if conversation is None:
+        raise NotFound(conversation_id)
+    return conversation
+
+
+def _is_number(value: object, kind: type) -> bool:
+    # JSON true/false arrive as bool, which Python counts as int.
+    allowed = (int, float) if kind is float else (int,)
+    return isinstance(value, allowed) and not isinstance(value, bool)
+
+
+def _checked_settings(data: dict) -> dict:
+    """Validate per-conversation settings against their documented bounds (docs/store.md)."""
+    checked = {}
+    if "system_prompt" in data:
+        prompt = data["system_prompt"]
+        if not isinstance(prompt, str):
+            raise Refused("invalid_field", "'system_prompt' must be a string")
+        if len(prompt) > settings.CHAT_SYSTEM_PROMPT_MAX_CHARS:
+            limit = settings.CHAT_SYSTEM_PROMPT_MAX_CHARS
+            raise Refused("too_large", f"'system_prompt' is longer than {limit} characters")
+        checked["system_prompt"] = prompt
+    if "temperature" in data:
+        value = data["temperature"]
+        low, high = TEMPERATURE_BOUNDS
+        if value is not None and not (_is_number(value, float) and low <= value <= high):
+            raise Refused("invalid_field", f"'temperature' must be a number from {low:g} to {high:g} or null")
+        checked["temperature"] = None if value is None else float(value)
+    if "max_tokens" in data:
+        value = data["max_tokens"]
+        limit = settings.CHAT_MAX_TOKENS_LIMIT
+        if value is not None and not (_is_number(value, int) and 1 <= value <= limit):
+            raise Refused("invalid_field", f"'max_tokens' must be an integer from 1 to {limit}, or null")
+        checked["max_tokens"] = value
+    return checked
+
+
+def conversation_create(*, user: AbstractBaseUser, settings_data: dict | None = None) -> Conversation:
+    """An empty conversation, so its settings can be chosen before the first message."""
+    checked = _checked_settings(settings_data or {})
+    checked.setdefault("system_prompt", settings.CHAT_SYSTEM_PROMPT)
+    return Conversation.objects.create(owner=user, **checked)
+
+
+def conversation_update_settings(*, user: AbstractBaseUser, conversation_id: int, data: dict) -> Conversation:
+    """Change system prompt, temperature or max answer length; they apply from the next answer on."""
+    conversation = _owned_conversation(user, conversation_id)
+    checked = _checked_settings(data)
+    for name, value in checked.items():
+        setattr(conversation, name, value)
+    conversation.save(update_fields=[*checked, "updated_at"])
+    return conversation
+
+
+def conversation_rename(*, user: AbstractBaseUser, conversation_id: int, title: object) -> Conversation:
+    if not isinstance(title, str) or not title.strip():
+        raise Refused("invalid_field", "'title' must be a non-empty string")
+    if len(title) > 200:
+        raise Refused("too_large", "'title' is longer than 200 characters")
+    conversation = _owned_conversation(user, conversation_id)
+    conversation.title = " ".join(title.split())
+    # A rename is not activity: the list keeps its order.
+    Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
+    return conversation
+
+
+def conversation_delete(*, user: AbstractBaseUser, conversation_id: int) -> None:
+    _owned_conversation(user, conversation_id).delete()
+
+
+def conversation_show(*, user: AbstractBaseUser, conversation_id: int, message_id: int) -> Message:
+    """Show the version containing `message_id`: its newest continuation becomes the current leaf."""
+    conversation = _owned_conversation(user, conversation_id)
+    message = conversation.messages.filter(pk=message_id).first()
+    if message is None:
+        raise NotFound(message_id)
+    leaf = selectors.latest_leaf(message=message)
+    Conversation.objects.filter(pk=conversation.pk).update(current_leaf=leaf)
+    return leaf

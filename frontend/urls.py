@@ -1,9 +1,16 @@
 from django.urls import path
 
-from frontend import health, views
+from frontend import api, health, views
 
 urlpatterns = [
     path("", views.chat, name="chat"),
     path("c/<int:conversation_id>/", views.chat, name="conversation"),
+    path("c/new", views.conversation_new, name="conversation-new"),
+    path("c/<int:conversation_id>/rename", views.conversation_rename, name="conversation-rename"),
+    path("c/<int:conversation_id>/delete", views.conversation_delete, name="conversation-delete"),
+    path("c/<int:conversation_id>/settings", views.conversation_settings, name="conversation-settings"),
+    path("c/<int:conversation_id>/show", views.conversation_show, name="conversation-show"),
+    path("api/conversations/", api.conversation_list, name="api-conversations"),
+    path("api/conversations/<int:conversation_id>/", api.conversation_detail, name="api-conversation"),
     path("healthz", health.healthz, name="healthz"),
 ]

@@ -1,26 +1,114 @@
-from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+"""The chat page, and the small JSON actions its sidebar and settings dialog call.
 
-from frontend import selectors
+The actions are for the logged-in browser (session and CSRF token); the API for
+programs is frontend.api (store) and frontend.http_stream (chat).
+"""
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from frontend import selectors, services
+from frontend.http_json import ApiError, check_csrf, json_errors, read_json, unauthenticated
+from frontend.services import TEMPERATURE_BOUNDS
+
+ACTION_BODY_BYTES = 64 * 1024
+
+
+def _bounds() -> dict:
+    return {
+        "temperature": {"min": TEMPERATURE_BOUNDS[0], "max": TEMPERATURE_BOUNDS[1]},
+        "max_tokens": {"min": 1, "max": settings.CHAT_MAX_TOKENS_LIMIT},
+        "system_prompt_chars": settings.CHAT_SYSTEM_PROMPT_MAX_CHARS,
+        "content_chars": settings.CHAT_MAX_CONTENT_CHARS,
+        "defaults": {
+            "system_prompt": settings.CHAT_SYSTEM_PROMPT,
+            "temperature": settings.CHAT_TEMPERATURE,
+            "max_tokens": settings.CHAT_MAX_TOKENS,
+        },
+    }
 
 
 @login_required
 def chat(request: HttpRequest, conversation_id: int | None = None) -> HttpResponse:
     """The chat page, optionally opened on one of the user's conversations."""
     conversation = None
-    messages: list[dict] = []
     if conversation_id is not None:
         conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
         if conversation is None:
             raise Http404("No such conversation")
-        messages = [selectors.message_as_dict(m) for m in conversation.messages.all()]
+    initial = {
+        "conversation": selectors.conversation_detail(conversation) if conversation else None,
+        "limits": _bounds(),
+    }
     return render(
         request,
         "frontend/chat.html",
         {
             "conversations": selectors.conversation_list(user=request.user)[:200],
             "conversation": conversation,
-            "initial": {"conversation": conversation.pk if conversation else None, "messages": messages},
+            "initial": initial,
         },
     )
+
+
+def _browser_action(view):
+    """POST only, logged-in session with the CSRF token, JSON in and out."""
+
+    @csrf_exempt
+    @require_POST
+    @json_errors
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_authenticated:
+            raise unauthenticated()
+        check_csrf(request)
+        return view(request, read_json(request, max_bytes=ACTION_BODY_BYTES), *args, **kwargs)
+
+    wrapper.__name__ = view.__name__
+    wrapper.__doc__ = view.__doc__
+    return wrapper
+
+
+@_browser_action
+def conversation_new(request: HttpRequest, data: dict) -> JsonResponse:
+    """Create an empty conversation, so its settings can be chosen before the first message."""
+    conversation = services.conversation_create(user=request.user, settings_data=data.get("settings") or {})
+    return JsonResponse(selectors.conversation_summary(conversation), status=201)
+
+
+@_browser_action
+def conversation_rename(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    conversation = services.conversation_rename(
+        user=request.user, conversation_id=conversation_id, title=data.get("title")
+    )
+    return JsonResponse({"id": conversation.pk, "title": conversation.title})
+
+
+@_browser_action
+def conversation_delete(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    services.conversation_delete(user=request.user, conversation_id=conversation_id)
+    return JsonResponse({"deleted": conversation_id})
+
+
+@_browser_action
+def conversation_settings(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    """Change the conversation's system prompt, temperature or max answer length."""
+    conversation = services.conversation_update_settings(
+        user=request.user, conversation_id=conversation_id, data=data
+    )
+    return JsonResponse(selectors.conversation_settings(conversation))
+
+
+@_browser_action
+def conversation_show(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    """Remember which version the user looks at, so new messages and reloads follow it."""
+    message_id = data.get("message")
+    if isinstance(message_id, bool) or not isinstance(message_id, int):
+        raise ApiError(400, "invalid_field", "'message' must be a message id")
+    leaf = services.conversation_show(
+        user=request.user, conversation_id=conversation_id, message_id=message_id
+    )
+    return JsonResponse({"current_leaf": leaf.pk})

@@ -1,13 +1,18 @@
-"""The chat UI in a real browser, against daphne and the real engine."""
+"""The chat UI in a real browser (Debian's Chromium), against daphne and the real engine."""
 
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
-from frontend.models import Message
+from frontend import services
+from frontend.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "chat.png"
 
 
 def log_in(page, base: str, username: str, password: str) -> None:
@@ -18,46 +23,282 @@ def log_in(page, base: str, username: str, password: str) -> None:
     page.wait_for_selector("#prompt")
 
 
-def test_it_shows_the_answer_growing_token_by_token_and_keeps_it_after_reload(page, product_server):
-    get_user_model().objects.create_user("carol", password="pw-carol-123")
+def wait_until_answered(page, timeout: float = 90_000) -> None:
+    page.wait_for_selector(".message.assistant.generating", state="detached", timeout=timeout)
+
+
+def last(page, selector: str):
+    return page.locator(selector).last
+
+
+HISTORY = [
+    (
+        "Plan a simple dinner for four.",
+        "Here is a plan:\n\n1. **Starter**: tomato soup\n2. **Main**: roast chicken",
+    ),
+    (
+        "What do I need for the soup?",
+        "| Ingredient | Amount |\n|---|---|\n| Tomatoes | 1 kg |\n| Onion | 1 |",
+    ),
+    ("How long does the chicken take?", "About **80 minutes** at 190 °C, then 10 minutes of rest."),
+    ("Any tips for crispy skin?", "- Dry the skin well\n- Salt it the night before\n- Start in a hot oven"),
+]
+
+
+def stored_history(user) -> Conversation:
+    """A conversation long enough to scroll, stored as if it had been chatted."""
+    conversation = services.conversation_create(
+        user=user, settings_data={"max_tokens": 160, "temperature": 0}
+    )
+    for question, answer in HISTORY:
+        turn = services.chat_turn_start(user=user, conversation_id=conversation.pk, content=question)
+        text = answer + "\n\n" + "Timing matters more than equipment, so read the whole recipe first. " * 8
+        services.message_finish(message_id=turn.assistant_message_id, content=text, status="complete")
+    return conversation
+
+
+def test_it_streams_follows_stops_regenerates_edits_flips_and_reloads(page, product_server):
+    user = get_user_model().objects.create_user("carol", password="pw-carol-123")
+    conversation = stored_history(user)
     log_in(page, product_server, "carol", "pw-carol-123")
-    page.fill("#prompt", "Describe the sea in three sentences.")
+    page.goto(f"{product_server}/c/{conversation.pk}/")
+    page.wait_for_selector(".message.assistant")
+
+    # Send with Enter; the answer grows in place while the page follows it.
+    page.fill("#prompt", "Tell me a long story about a dragon who learns to cook.")
     page.keyboard.press("Enter")
-    answer = page.locator(".message.assistant .body").first
+    answer = page.locator(".message.assistant.generating .body")
     answer.wait_for()
     lengths = []
+    followed = False
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and page.locator(".message.assistant.generating").count():
+    while time.monotonic() < deadline and len({n for n in lengths if n > 0}) < 3:
         lengths.append(len(answer.inner_text()))
+        followed = followed or page.evaluate(
+            "innerHeight + scrollY >= document.documentElement.scrollHeight - 60"
+        )
         time.sleep(0.05)
-    growing = sorted({n for n in lengths if n > 0})
-    assert len(growing) >= 2, f"text did not grow while streaming: {lengths}"
-    page.wait_for_selector(".message.assistant:not(.generating)")
-    final = answer.inner_text()
-    assert "first token" in page.locator(".message.assistant .meta").first.inner_text()
-    assert "/c/" in page.url
+    assert len({n for n in lengths if n > 0}) >= 2, f"text did not grow while streaming: {lengths}"
+    assert followed, "the page did not follow the growing answer"
 
-    stored = Message.objects.get(role="assistant")
-    assert stored.status == "complete"
-    assert stored.content.strip() == final.strip()
+    # Scrolling up to read stops the following: the position stays while text still arrives.
+    page.mouse.move(600, 300)
+    page.mouse.wheel(0, -800)
+    page.wait_for_timeout(300)
+    held = page.evaluate("scrollY")
+    before = len(answer.inner_text())
+    page.wait_for_timeout(1000)
+    assert page.locator(".message.assistant.generating").count() == 1, "the answer ended too soon to test"
+    assert len(answer.inner_text()) > before
+    assert page.evaluate("scrollY") == held
 
+    # Escape stops the answer; the partial text stays, marked stopped.
+    page.keyboard.press("Escape")
+    wait_until_answered(page)
+    stopped = Message.objects.filter(role="assistant", status="stopped").get()
+    assert stopped.content
+    assert "stopped" in last(page, ".message.assistant .meta").inner_text()
+
+    # Per-conversation settings: shorter answers from now on.
+    page.click("#open-settings")
+    page.fill("#settings-form input[name=max_tokens]", "48")
+    page.click("#settings-save")
+    page.wait_for_selector("#settings-dialog", state="hidden")
+    assert Conversation.objects.get(pk=conversation.pk).max_tokens == 48
+
+    # Regenerate: a second version of the answer, with ‹ 2/2 › to flip between them.
+    last(page, ".message.assistant .regenerate").click()
+    expect(last(page, ".message.assistant .version-label")).to_have_text("2/2")
+    wait_until_answered(page)
+    last(page, ".message.assistant .version-prev").click()
+    assert last(page, ".message.assistant .version-label").inner_text() == "1/2"
+    assert last(page, ".message.assistant .body").inner_text().strip() == stopped.content.strip()
+    last(page, ".message.assistant .version-next").click()
+
+    # Edit and resend: a new version of the question, sharing the earlier history.
+    last(page, ".message.user .edit").click()
+    page.fill(".editor textarea", "Write a Python function that adds two numbers, in a code block.")
+    page.keyboard.press("Enter")
+    expect(last(page, ".message.user .version-label")).to_have_text("2/2")
+    wait_until_answered(page)
+    assert page.locator(".message").count() == 10
+    with page.expect_response("**/show"):
+        last(page, ".message.user .version-prev").click()
+    assert (
+        last(page, ".message.user .body").inner_text()
+        == "Tell me a long story about a dragon who learns to cook."
+    )
+    assert last(page, ".message.assistant .version-label").inner_text() == "2/2"
+
+    # A reload shows the version chosen last, with its history.
     page.reload()
-    page.wait_for_selector("#prompt")
-    assert page.locator(".message").count() == 2
-    assert page.locator(".message.assistant .body").first.inner_text().strip() == final.strip()
+    page.wait_for_selector(".message.assistant")
+    assert page.locator(".message").count() == 10
+    assert (
+        last(page, ".message.user .body").inner_text()
+        == "Tell me a long story about a dragon who learns to cook."
+    )
+    with page.expect_response("**/show"):
+        last(page, ".message.user .version-next").click()
+    last(page, ".message.assistant .info").click()
+    assert "first token" in last(page, ".message.assistant .figures").inner_text()
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    page.screenshot(path=str(SCREENSHOT))
+
+    # An answer that finishes while the page is away is there after the reload.
+    Conversation.objects.filter(pk=conversation.pk).update(max_tokens=80)
+    page.fill("#prompt", "Say hello.")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".message.assistant.generating")
+    page.reload()
+    page.wait_for_selector(".message.assistant")
+    wait_until_answered(page)
+    newest = Message.objects.filter(conversation=conversation, role="assistant").latest("created_at")
+    deadline = time.monotonic() + 30
+    while newest.status == "generating" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        newest.refresh_from_db()
+    assert newest.status == "complete"
+    assert last(page, ".message.assistant .body").inner_text().strip() == newest.content.strip()
 
 
-def test_it_renders_model_and_user_text_as_text_never_as_html(page, product_server):
+def test_it_searches_renames_and_deletes_conversations(page, product_server):
+    user = get_user_model().objects.create_user("dora", password="pw-dora-1234")
+    penguins = services.chat_turn_start(user=user, conversation_id=None, content="What do penguins eat?")
+    services.message_finish(
+        message_id=penguins.assistant_message_id, content="Mostly krill.", status="complete"
+    )
+    services.chat_turn_start(user=user, conversation_id=None, content="Tell me about volcanoes")
+    log_in(page, product_server, "dora", "pw-dora-1234")
+    assert page.locator("#conversation-list .conv").count() == 2
+
+    page.fill("#search", "KRILL")
+    page.wait_for_function("document.querySelectorAll('#conversation-list .conv').length === 1")
+    assert page.locator("#conversation-list .conv-link").inner_text() == "What do penguins eat?"
+    page.fill("#search", "")
+    page.wait_for_function("document.querySelectorAll('#conversation-list .conv').length === 2")
+
+    row = page.locator(f'.conv[data-id="{penguins.conversation_id}"]')
+    row.hover()
+    row.locator(".conv-rename").click()
+    page.fill(".conv-title-input", "Antarctic birds")
+    with page.expect_response("**/rename"):
+        page.keyboard.press("Enter")
+    assert row.locator(".conv-link").inner_text() == "Antarctic birds"
+    assert Conversation.objects.get(pk=penguins.conversation_id).title == "Antarctic birds"
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.hover()
+    with page.expect_response("**/delete"):
+        row.locator(".conv-delete").click()
+    assert row.count() == 0
+    assert not Conversation.objects.filter(pk=penguins.conversation_id).exists()
+
+
+XSS_PAYLOADS = [
+    '<img src=x onerror="window.__owned=1">',
+    "<script>window.__owned=2</script>",
+    "[click](javascript:window.__owned=3)",
+    "[click](JaVaScRiPt:window.__owned=4)",
+    "[click](&#106;avascript:window.__owned=5)",
+    "<javascript:window.__owned=6>",
+    '<a href="javascript:window.__owned=7">a</a>',
+    "![x](javascript:window.__owned=8)",
+    '<svg onload="window.__owned=9"></svg>',
+    '<iframe src="javascript:window.__owned=10"></iframe>',
+    "[data](data:text/html;base64,PHNjcmlwdD53aW5kb3cuX19vd25lZD0xMTwvc2NyaXB0Pg==)",
+    '<details open ontoggle="window.__owned=12">x</details>',
+    "```html\n<script>window.__owned=13</script>\n```",
+    '[ok](https://example.com "title") and <https://example.org>',
+    "| a | b |\n|---|---|\n| <img src=x onerror=window.__owned=14> | `code` |",
+]
+
+SAFE_DOM = """(root) => {
+    const bad = [];
+    for (const el of root.querySelectorAll('*')) {
+        const tag = el.tagName.toUpperCase();
+        const forbidden = ['SCRIPT', 'IMG', 'IFRAME', 'SVG', 'DETAILS', 'OBJECT', 'EMBED', 'STYLE'];
+        if (forbidden.includes(tag)) bad.push(tag);
+        for (const attr of el.attributes) if (/^on/i.test(attr.name)) bad.push(attr.name);
+        if (el.tagName === 'A') {
+            const href = el.getAttribute('href') || '';
+            if (!/^(https?:|mailto:)/i.test(href)) bad.push('href ' + href);
+            if (el.target !== '_blank' || !/noopener/.test(el.rel)) bad.push('link ' + href);
+        }
+    }
+    return bad;
+}"""
+
+
+def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_server):
     user = get_user_model().objects.create_user("dave", password="pw-dave-1234")
-    from frontend.models import Conversation
-
-    conversation = Conversation.objects.create(owner=user, title="<img src=x onerror=alert(1)>")
-    payload = '<img src=x onerror="window.__owned=1"><script>window.__owned=2</script>'
-    Message.objects.create(conversation=conversation, role="user", content=payload)
-    Message.objects.create(conversation=conversation, role="assistant", content=payload)
+    conversation = Conversation.objects.create(owner=user, title="<img src=x onerror=window.__owned=99>")
+    parent = None
+    for payload in XSS_PAYLOADS:
+        parent = Message.objects.create(
+            conversation=conversation, parent=parent, role="user", content=payload
+        )
+        parent = Message.objects.create(
+            conversation=conversation, parent=parent, role="assistant", content=payload
+        )
+    Conversation.objects.filter(pk=conversation.pk).update(current_leaf=parent)
     log_in(page, product_server, "dave", "pw-dave-1234")
     page.goto(f"{product_server}/c/{conversation.pk}/")
     page.wait_for_selector(".message.assistant")
+    assert page.locator(".message.assistant").count() == len(XSS_PAYLOADS)
+    assert page.eval_on_selector("#messages", SAFE_DOM) == []
+    assert page.locator("#conversation-list img, #chat-title img").count() == 0
+    assert page.locator(".message.user .body").first.inner_text() == XSS_PAYLOADS[0]
+    assert page.locator(".message.assistant .codeblock code").inner_text().strip() == (
+        "<script>window.__owned=13</script>"
+    )
+    assert page.locator(".message.assistant table td code").inner_text() == "code"
+    assert page.locator('.message.assistant a[href="https://example.com"]').count() == 1
+
+    # The streaming path: each payload arrives in small pieces, split mid-tag.
+    streamed = page.evaluate(
+        """(payloads) => {
+            const box = document.createElement('div');
+            document.getElementById('messages').appendChild(box);
+            const renderer = new ChatMarkdown.StreamRenderer(box);
+            const text = payloads.join('\\n\\n');
+            for (let i = 0; i < text.length; i += 3) {
+                renderer.append(text.slice(i, i + 3));
+                renderer.flush();
+            }
+            return box.childElementCount;
+        }""",
+        XSS_PAYLOADS,
+    )
+    assert streamed > 0
+    assert page.eval_on_selector("#messages", SAFE_DOM) == []
+    page.wait_for_timeout(300)
     assert page.evaluate("window.__owned") is None
-    assert page.locator("#messages img, #messages script, #conversation-list img").count() == 0
-    assert page.locator(".message.assistant .body").inner_text() == payload
+
+    # A 4,000-token answer streamed token by token is parsed about once, not once per token.
+    cost = page.evaluate(
+        """() => {
+            const box = document.createElement('div');
+            const renderer = new ChatMarkdown.StreamRenderer(box);
+            const before = ChatMarkdown.stats.parsedChars;
+            let text = '';
+            for (let i = 0; i < 4000; i++) {
+                const token = i % 400 === 0 ? '\\n```\\ncode\\n' : i % 400 === 10 ? '\\n```\\n\\n'
+                    : i % 30 === 29 ? 'end.\\n\\n' : 'word ';
+                text += token;
+                renderer.append(token);
+                renderer.flush();
+            }
+            renderer.finish();
+            return { parsed: ChatMarkdown.stats.parsedChars - before, length: text.length };
+        }"""
+    )
+    assert cost["parsed"] < 40 * cost["length"], cost
+
+    # Phone width: no sideways scrolling, the list folds behind a button.
+    page.set_viewport_size({"width": 390, "height": 800})
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert page.locator("#toggle-sidebar").is_visible()
+    assert not page.locator("#sidebar").is_visible()
+    page.click("#toggle-sidebar")
+    assert page.locator("#sidebar").is_visible()

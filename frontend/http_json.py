@@ -1,0 +1,103 @@
+"""JSON over HTTP for the chat's endpoints: request bodies in, errors out.
+
+Every error is `{"error": {"code": ..., "detail": ...}}` with a stable code and the
+matching status; docs/store.md lists them.
+"""
+
+import json
+from collections.abc import Callable
+from functools import wraps
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+
+from frontend import services
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers or {}
+
+    def response(self) -> JsonResponse:
+        response = JsonResponse({"error": {"code": self.code, "detail": self.detail}}, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+# How a store refusal reads over HTTP.
+_REFUSAL_STATUS = {"too_large": 413}
+
+
+def refused(exc: services.Refused) -> ApiError:
+    return ApiError(_REFUSAL_STATUS.get(exc.code, 400), exc.code, exc.detail)
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, "not_found", f"no such {what}")
+
+
+def unauthenticated() -> ApiError:
+    detail = "log in, or send 'Authorization: Bearer TOKEN' with the needed scope"
+    return ApiError(401, "unauthenticated", detail)
+
+
+def read_json(request: HttpRequest, *, max_bytes: int) -> dict:
+    """The request body as a JSON object; 413 past `max_bytes`, 400 when it is not an object."""
+    length = request.headers.get("Content-Length")
+    if (length and length.isdigit() and int(length) > max_bytes) or len(request.body) > max_bytes:
+        raise ApiError(413, "too_large", f"the request body is larger than {max_bytes} bytes")
+    try:
+        data = json.loads(request.body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_json", "the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_json", "the request body must be a JSON object")
+    return data
+
+
+def check_csrf(request: HttpRequest) -> None:
+    """Writes authenticated by the session cookie need Django's CSRF token; bearer-token
+    requests carry no cookie a third-party page could ride on, so they need none."""
+    if request.headers.get("Authorization", "").lower().startswith("bearer "):
+        return
+    rejection = CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
+    if rejection is not None:
+        raise ApiError(403, "csrf_failed", "the CSRF token is missing or wrong")
+
+
+def json_errors(view: Callable) -> Callable:
+    """Turn ApiError (and the store's NotFound / Refused) raised by a view into JSON responses."""
+
+    def convert(exc: Exception) -> JsonResponse:
+        if isinstance(exc, services.NotFound):
+            return not_found("conversation or message").response()
+        if isinstance(exc, services.Refused):
+            return refused(exc).response()
+        return exc.response()
+
+    caught = (ApiError, services.NotFound, services.Refused)
+    if iscoroutinefunction(view):
+
+        @wraps(view)
+        async def async_wrapper(request, *args, **kwargs):
+            try:
+                return await view(request, *args, **kwargs)
+            except caught as exc:
+                return convert(exc)
+
+        return async_wrapper
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except caught as exc:
+            return convert(exc)
+
+    return wrapper

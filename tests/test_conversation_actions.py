@@ -1,0 +1,80 @@
+"""The chat page's JSON actions: rename, delete, settings, choose the version shown."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from frontend import services
+from frontend.models import Conversation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def browser(alice) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    client.get("/")  # sets the CSRF cookie
+    return client
+
+
+def post(client: Client, url: str, data: dict):
+    token = client.cookies["csrftoken"].value
+    return client.post(url, json.dumps(data), content_type="application/json", HTTP_X_CSRFTOKEN=token)
+
+
+def test_it_creates_a_conversation_with_settings_before_the_first_message(browser):
+    response = post(browser, "/c/new", {"settings": {"temperature": 0.2, "max_tokens": 32}})
+    assert response.status_code == 201
+    conversation = Conversation.objects.get(pk=response.json()["id"])
+    assert (conversation.temperature, conversation.max_tokens) == (0.2, 32)
+
+
+def test_it_renames_changes_settings_and_deletes(browser, alice):
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    base = f"/c/{turn.conversation_id}"
+    assert post(browser, base + "/rename", {"title": "Greetings"}).json()["title"] == "Greetings"
+    response = post(browser, base + "/settings", {"system_prompt": "Pirate.", "temperature": 1.5})
+    assert response.json() == {"system_prompt": "Pirate.", "temperature": 1.5, "max_tokens": None}
+    response = post(browser, base + "/settings", {"temperature": 9})
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_field")
+    response = post(browser, base + "/settings", {"system_prompt": "x" * 10_000})
+    assert (response.status_code, response.json()["error"]["code"]) == (413, "too_large")
+    assert post(browser, base + "/delete", {}).status_code == 200
+    assert not Conversation.objects.exists()
+
+
+def test_it_remembers_the_version_shown_so_a_reload_shows_it(browser, alice):
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    services.chat_turn_regenerate(user=alice, message_id=turn.assistant_message_id)
+    base = f"/c/{turn.conversation_id}"
+    response = post(browser, base + "/show", {"message": turn.assistant_message_id})
+    assert response.json() == {"current_leaf": turn.assistant_message_id}
+    page = browser.get(base + "/").content.decode()
+    state = json.loads(page.split('id="initial-state" type="application/json">')[1].split("</script>")[0])
+    assert state["conversation"]["current_leaf"] == turn.assistant_message_id
+    assert len(state["conversation"]["messages"]) == 3
+
+
+def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, client):
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    url = f"/c/{turn.conversation_id}/rename"
+    response = client.post(url, {"title": "x"}, content_type="application/json")
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "unauthenticated")
+    response = browser.post(url, json.dumps({"title": "x"}), content_type="application/json")
+    assert (response.status_code, response.json()["error"]["code"]) == (403, "csrf_failed")
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+    other = Client(enforce_csrf_checks=True)
+    other.force_login(bob)
+    other.get("/")
+    response = post(other, url, {"title": "mine now"})
+    assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+    assert post(browser, url, ["not", "an", "object"]).json()["error"]["code"] == "invalid_json"
+    assert browser.get(url).status_code == 405
