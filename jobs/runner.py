@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
@@ -82,6 +83,38 @@ async def pdf_text(data: bytes, seconds: float) -> str:
         raise DocumentError("The PDF has no extractable text (scanned pages?).") from None
 
 
+class RunnerLock:
+    """One runner per job at a time, across workers: a Redis key the runner refreshes every
+    tick. A duplicate task (a redelivery, a resume after a restart) waits for a dead
+    runner's key to expire and then takes over; beside a live runner it gives up."""
+
+    TTL = 10
+
+    def __init__(self, r: aioredis.Redis, job_id: int) -> None:
+        self._redis = r
+        self._key = f"jobs:runner:{job_id}"
+        self._token = uuid.uuid4().hex
+
+    async def acquire(self, *, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        while not await self._redis.set(self._key, self._token, nx=True, ex=self.TTL):
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.5)
+        return True
+
+    async def refresh(self) -> bool:
+        """Extend the key; False when another runner holds it now."""
+        if await self._redis.get(self._key) != self._token.encode():
+            return False
+        await self._redis.expire(self._key, self.TTL)
+        return True
+
+    async def release(self) -> None:
+        if await self._redis.get(self._key) == self._token.encode():
+            await self._redis.delete(self._key)
+
+
 class JobRunner:
     def __init__(
         self,
@@ -90,6 +123,7 @@ class JobRunner:
         worker: str,
         engine: EngineClient,
         probe: LoadProbe,
+        lock: RunnerLock,
         shaper: Shaper,
         deadline: float,
         interval: float,
@@ -99,6 +133,7 @@ class JobRunner:
         self.worker = worker
         self._engine = engine
         self._probe = probe
+        self._lock = lock
         self.shaper = shaper
         self._deadline = deadline
         self._interval = interval
@@ -131,6 +166,8 @@ class JobRunner:
             status = await sync_to_async(selectors.job_status)(job_id=self.job_id)
             if status not in Job.ACTIVE:
                 return "cancelled"
+            if not await self._lock.refresh():
+                return "elsewhere"
             limit = self.shaper.update(await self._probe.read(len(self._inflight)))
             if self._preempt and self.shaper.chat_busy:
                 self._preempt_above(limit)
@@ -147,6 +184,9 @@ class JobRunner:
             if not self._inflight:
                 if out_of_time:
                     return "continue"
+                if limit == 0:  # paused while chat is active
+                    await asyncio.sleep(self._interval)
+                    continue
                 backlog = await sync_to_async(selectors.job_backlog)(job_id=self.job_id)
                 if backlog.next_retry_at is not None:
                     wait = (backlog.next_retry_at - timezone.now()).total_seconds()
@@ -157,8 +197,12 @@ class JobRunner:
                 self._inflight, timeout=self._interval, return_when="FIRST_COMPLETED"
             )
             for task in done:
-                self._inflight.pop(task)
+                claim = self._inflight.pop(task)
                 self._preempted.discard(task)
+                if not task.cancelled() and task.exception() is not None:
+                    # Recording the outcome itself failed (the database went away): the lease
+                    # expires and the document runs again.
+                    log.error("document %s: %r", claim.document_id, task.exception())
 
     def _preempt_above(self, limit: int) -> None:
         running = [t for t in self._inflight if t not in self._preempted]
@@ -229,12 +273,19 @@ async def run_job(
     own_engine = engine is None
     engine = engine or new_engine_client()
     r = aioredis.Redis.from_url(settings.REDIS_URL)
+    lock = RunnerLock(r, job_id)
+    if not await lock.acquire(wait=RunnerLock.TTL + 1):
+        await r.aclose()
+        if own_engine:
+            await engine.aclose()
+        return "elsewhere"
     probe = LoadProbe(r, engine)
     runner = JobRunner(
         job=job,
         worker=worker,
         engine=engine,
         probe=probe,
+        lock=lock,
         shaper=shaper or new_shaper(),
         deadline=asyncio.get_running_loop().time() + seconds,
         interval=settings.BULK_SHAPER_INTERVAL,
@@ -244,6 +295,7 @@ async def run_job(
         outcome = await runner.run()
     finally:
         await probe.close()
+        await lock.release()
         await r.aclose()
         if own_engine:
             await engine.aclose()

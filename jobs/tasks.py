@@ -13,8 +13,11 @@ import logging
 import uuid
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_ready
 from django.conf import settings
+from django.db import DatabaseError
+from redis.exceptions import RedisError
 
 from jobs import runner, services
 
@@ -45,15 +48,26 @@ def _on_worker_ready(sender=None, **kwargs) -> None:
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,
+    # The database or Redis briefly away: try the whole run again later; nothing is lost meanwhile.
+    autoretry_for=(DatabaseError, RedisError),
+    retry_backoff=True,
+    max_retries=10,
     soft_time_limit=settings.BULK_TASK_SOFT_TIME_LIMIT,
     time_limit=settings.BULK_TASK_TIME_LIMIT,
 )
 def job_run(self, job_id: int) -> str:
     """Work on a job for up to BULK_TASK_SLICE_SECONDS, then queue the rest."""
     hostname = self.request.hostname or "local"
-    outcome = asyncio.run(
-        runner.run_job(job_id=job_id, worker=worker_id(hostname), seconds=settings.BULK_TASK_SLICE_SECONDS)
-    )
+    try:
+        outcome = asyncio.run(
+            runner.run_job(
+                job_id=job_id, worker=worker_id(hostname), seconds=settings.BULK_TASK_SLICE_SECONDS
+            )
+        )
+    except SoftTimeLimitExceeded:
+        # asyncio.run cancelled the runner's requests, which gave their documents back.
+        log.warning("job %s: soft time limit reached; queueing the rest", job_id)
+        outcome = "continue"
     if outcome == "continue":
         job_run.delay(job_id)
     return outcome

@@ -162,3 +162,52 @@ async def test_it_reads_pdf_text_in_a_child_process_and_reports_bad_pdfs():
         await pdf_text(pdf_with_text("slow"), 0.001)
     with pytest.raises(DocumentError, match="no extractable text"):
         await pdf_text(pdf_with_text(""), 30)
+
+
+async def test_it_fails_an_unreadable_pdf_alone_and_the_job_ends_partial():
+    job = await aqueued_job(documents(2))
+    await sync_to_async(Document.objects.create)(
+        job=job, external_id="hostile.pdf", format="pdf", source=b"%PDF-1.7\n1 0 obj << /Pages 2 0 R"
+    )
+    assert (
+        await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=BulkFakeEngine(delay=0))
+        == "finished"
+    )
+    await job.arefresh_from_db()
+    assert job.status == Job.Status.PARTIAL
+    hostile = await Document.objects.aget(job=job, external_id="hostile.pdf")
+    assert hostile.status == "failed" and "PDF" in hostile.error and hostile.attempts == 1
+
+
+async def test_it_leaves_a_job_to_the_runner_that_holds_it(settings):
+    from jobs.runner import RunnerLock
+
+    job = await aqueued_job(documents(2))
+    r = aioredis.Redis.from_url(settings.REDIS_URL)
+    holder = RunnerLock(r, job.pk)
+    assert await holder.acquire(wait=0)
+    try:
+        RunnerLock.TTL, ttl = 1, RunnerLock.TTL
+        started = asyncio.get_running_loop().time()
+        outcome = await run_job(job_id=job.pk, worker="test/2", seconds=30, engine=BulkFakeEngine(delay=0))
+        assert outcome == "elsewhere" and asyncio.get_running_loop().time() - started >= 2
+    finally:
+        RunnerLock.TTL = ttl
+        await holder.release()
+        await r.aclose()
+    assert await Document.objects.filter(job=job, status="pending").acount() == 2
+
+
+async def test_it_pauses_while_chat_is_active_when_told_to_and_resumes_after(chat_key):
+    await chat_key.set(CHAT_ACTIVE_KEY, 1)
+    job = await aqueued_job(documents(3))
+    engine = BulkFakeEngine(delay=0)
+    shaper = Shaper(maximum=4, minimum=1, while_chat=0, quiet_seconds=0)
+    run = asyncio.create_task(
+        run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
+    )
+    await asyncio.sleep(0.3)
+    assert not run.done() and engine.requests == []
+    await chat_key.delete(CHAT_ACTIVE_KEY)
+    assert await run == "finished"
+    assert await Result.objects.filter(job=job).acount() == 3
