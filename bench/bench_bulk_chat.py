@@ -35,6 +35,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from bench.processes import free_port, redis_running
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
 from inference.launcher import EngineConfig, EngineProcess
 from jobs import selectors, services
@@ -82,6 +83,8 @@ def summary_of(ttfts: list[float]) -> dict:
         "p90_ms": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 1),
         "mean_ms": round(statistics.fmean(ordered), 1),
         "max_ms": round(ordered[-1], 1),
+        "samples_ms": [round(t) for t in ttfts],
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
@@ -123,7 +126,8 @@ async def chat_while(client, r, *, until, minimum: int, seed: int) -> list[float
 
 
 async def raw_bulk(client: OpenAIEngineClient, texts: list[str], concurrency: int, priority: int) -> dict:
-    """The documents straight through the engine at a fixed concurrency, no shaping."""
+    """The documents straight through the engine at a fixed concurrency, no shaping. A fresh
+    cache salt per run, so no run is served what an earlier one left in the prefix cache."""
     summarizer = Summarizer(
         client,
         instruction=PRESETS["paragraph"],
@@ -132,6 +136,7 @@ async def raw_bulk(client: OpenAIEngineClient, texts: list[str], concurrency: in
         temperature=settings.BULK_TEMPERATURE,
         chunk_tokens=settings.BULK_CHUNK_TOKENS,
         context_window=settings.INFERENCE_MAX_MODEL_LEN,
+        cache_salt=uuid.uuid4().hex,
     )
     gate = asyncio.Semaphore(concurrency)
 
@@ -148,6 +153,7 @@ async def raw_bulk(client: OpenAIEngineClient, texts: list[str], concurrency: in
         "seconds": round(elapsed, 1),
         "docs_per_minute": round(len(texts) / elapsed * 60, 1),
         "cache_hit_ratio": round(sum(s.cached_tokens for s in summaries) / prompt, 3) if prompt else None,
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
@@ -181,7 +187,9 @@ def celery_worker(engine_url: str):
         log.close()
 
 
-def submit_job(owner, texts: list[str]) -> Job:
+def submit_job(texts: list[str]) -> Job:
+    """A job owned by a fresh staff user: a fresh cache salt, as for the raw runs."""
+    owner = get_user_model().objects.create_user(f"bench-bulk-{uuid.uuid4().hex[:8]}", is_staff=True)
     documents = [DocumentInput(f"bench-{i}", text=t) for i, t in enumerate(texts)]
     return services.job_create(owner=owner, documents=documents, name="bench_bulk_chat")
 
@@ -200,6 +208,7 @@ async def job_until_done(job: Job) -> dict:
         "seconds": round(elapsed, 1),
         "docs_per_minute": round(progress.done / elapsed * 60, 1),
         "cache_hit_ratio": progress.cache_hit_ratio,
+        "load_average": round(os.getloadavg()[0], 2),
     }
 
 
@@ -207,9 +216,6 @@ async def measure(engine_url: str, args) -> dict:
     client = new_client(engine_url)
     r = aioredis.Redis.from_url(settings.REDIS_URL)
     texts = [document(i, args.sentences) for i in range(args.documents)]
-    owner, _ = await get_user_model().objects.aget_or_create(
-        username="bench-bulk", defaults={"is_staff": True, "is_active": True}
-    )
     out: dict = {"settings": {k: getattr(settings, k) for k in (
         "BULK_CONCURRENCY", "BULK_CONCURRENCY_MIN", "BULK_CONCURRENCY_WHILE_CHAT", "BULK_QUIET_SECONDS",
         "BULK_PRIORITY", "BULK_PREEMPT", "BULK_SUMMARY_TOKENS", "CHAT_PRIORITY", "INFERENCE_MAX_NUM_SEQS")},
@@ -219,13 +225,12 @@ async def measure(engine_url: str, args) -> dict:
         for question in CHAT_QUESTIONS[:2]:
             await chat_once(client, r, question)
         idle = await chat_while(client, r, until=lambda: True, minimum=args.chats, seed=1)
-        out["chat_idle"] = summary_of(idle)
 
         out["raw_engine_alone"] = await raw_bulk(
             client, texts, settings.BULK_CONCURRENCY, settings.CHAT_PRIORITY
         )
         with celery_worker(engine_url):
-            job = await sync_to_async(submit_job)(owner, texts)
+            job = await sync_to_async(submit_job)(texts)
             out["job_system_alone"] = await job_until_done(job)
 
             bulk = asyncio.create_task(
@@ -236,12 +241,15 @@ async def measure(engine_url: str, args) -> dict:
             out["raw_engine_beside_chat"] = await bulk
             out["chat_beside_equal_priority_bulk"] = summary_of(equal)
 
-            job = await sync_to_async(submit_job)(owner, texts)
+            job = await sync_to_async(submit_job)(texts)
             finished = asyncio.create_task(job_until_done(job))
             await asyncio.sleep(2)
             shaped = await chat_while(client, r, until=finished.done, minimum=args.chats, seed=3)
             out["job_system_beside_chat"] = await finished
             out["chat_beside_shaped_job"] = summary_of(shaped)
+        # Idle again at the end: on a shared machine the background load moves.
+        idle += await chat_while(client, r, until=lambda: True, minimum=args.chats, seed=4)
+        out["chat_idle"] = summary_of(idle)
     finally:
         await r.aclose()
         await client.aclose()
@@ -265,8 +273,6 @@ def engine(url: str | None):
         yield url
         return
     from dataclasses import replace
-
-    from bench.processes import free_port
 
     config = replace(EngineConfig.from_settings(settings), url=f"http://127.0.0.1:{free_port()}")
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -293,7 +299,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    with engine(args.engine_url) as url:
+    with redis_running(), engine(args.engine_url) as url:
         result = asyncio.run(measure(url, args))
     text = json.dumps(result, indent=2)
     print(text)
