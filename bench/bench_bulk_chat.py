@@ -35,17 +35,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from bench.processes import free_port, redis_running
+from bench.processes import LOGS, ROOT, engine_config, engine_running, log_file, redis_running
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
-from inference.launcher import EngineConfig, EngineProcess
 from jobs import selectors, services
 from jobs.ingest import DocumentInput
 from jobs.models import Job
 from jobs.shaping import CHAT_ACTIVE_KEY
 from jobs.summarize import PRESETS, Summarizer
 
-ROOT = Path(__file__).resolve().parent.parent
-LOGS = Path(settings.DATA_DIR) / "bench-logs"
 CHAT_QUESTIONS = [
     "What is the capital of France?",
     "Give me one tip for sleeping better.",
@@ -159,8 +156,7 @@ async def raw_bulk(client: OpenAIEngineClient, texts: list[str], concurrency: in
 
 @contextlib.contextmanager
 def celery_worker(engine_url: str):
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = open(LOGS / "bulk-celery.log", "w")  # noqa: SIM115 - closed below
+    log = log_file("bulk-celery")
     env = dict(os.environ, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING")
     worker_args = (
         f"--app chatsite worker --hostname bench-{os.getpid()}@%h --concurrency 1 --loglevel INFO "
@@ -269,22 +265,12 @@ async def measure(engine_url: str, args) -> dict:
 
 @contextlib.contextmanager
 def engine(url: str | None):
+    """The engine at `url`, or one started with the product's settings."""
     if url:
         yield url
         return
-    from dataclasses import replace
-
-    config = replace(EngineConfig.from_settings(settings), url=f"http://127.0.0.1:{free_port()}")
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = open(LOGS / "bulk-engine.log", "w")  # noqa: SIM115 - closed below
-    process = EngineProcess(config, output=log)
-    process.start()
-    try:
-        process.wait_healthy(timeout=settings.INFERENCE_STARTUP_TIMEOUT)
-        yield config.url
-    finally:
-        process.stop()
-        log.flush()
+    with engine_running(engine_config(), name="bulk-engine") as started:
+        yield started
 
 
 def parser() -> argparse.ArgumentParser:
