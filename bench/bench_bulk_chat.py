@@ -36,6 +36,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from bench.processes import LOGS, ROOT, engine_config, engine_running, log_file, redis_running
+from bench.results import RESULTS, save
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
 from jobs import selectors, services
 from jobs.ingest import DocumentInput
@@ -279,7 +280,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--documents", type=int, default=32)
     p.add_argument("--sentences", type=int, default=12, help="sentences per document (about 30 tokens each)")
     p.add_argument("--chats", type=int, default=10, help="fewest chat requests per phase")
-    p.add_argument("--output", type=Path, help="also write the JSON here")
+    p.add_argument("--output", type=Path, default=RESULTS, help="folder for the JSON result (bulk_chat.json)")
     return p
 
 
@@ -287,10 +288,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
     with redis_running(), engine(args.engine_url) as url:
         result = asyncio.run(measure(url, args))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
+    print(json.dumps(result, indent=2))
+    save(args.output, "bulk_chat", result)
     return result
 
 

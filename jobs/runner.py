@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 # Engine failures worth another attempt; a refused request fails the same way again.
 PERMANENT_CODES = {"engine_rejected"}
+STATUS_EVERY = 1.0
 
 
 def new_engine_client() -> OpenAIEngineClient:
@@ -162,10 +163,14 @@ class JobRunner:
 
     async def _loop(self) -> str:
         loop = asyncio.get_running_loop()
+        checked_at = -float("inf")
         while True:
-            status = await sync_to_async(selectors.job_status)(job_id=self.job_id)
-            if status not in Job.ACTIVE:
-                return "cancelled"
+            # A cancel is seen within a second; the database is not asked every tick.
+            if loop.time() - checked_at >= STATUS_EVERY:
+                checked_at = loop.time()
+                status = await sync_to_async(selectors.job_status)(job_id=self.job_id)
+                if status not in Job.ACTIVE:
+                    return "cancelled"
             if not await self._lock.refresh():
                 return "elsewhere"
             limit = self.shaper.update(await self._probe.read(len(self._inflight)))
@@ -187,6 +192,8 @@ class JobRunner:
                 if limit == 0:  # paused while chat is active
                     await asyncio.sleep(self._interval)
                     continue
+                if await sync_to_async(selectors.job_status)(job_id=self.job_id) not in Job.ACTIVE:
+                    return "cancelled"
                 backlog = await sync_to_async(selectors.job_backlog)(job_id=self.job_id)
                 if backlog.next_retry_at is not None:
                     wait = (backlog.next_retry_at - timezone.now()).total_seconds()

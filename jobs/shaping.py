@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from inference.client import EngineClient, EngineError
+from inference.client import EngineClient, EngineError, EngineLoad
 
 CHAT_ACTIVE_KEY = "chat:generations:active"
 BULK_INFLIGHT_PREFIX = "jobs:bulk:inflight:"
@@ -35,6 +35,8 @@ class Signal:
     running: int
     waiting: int
     bulk_inflight: int
+    # False when the engine figures are the last ones read, not new ones.
+    fresh: bool = True
 
     @property
     def others(self) -> int:
@@ -70,12 +72,13 @@ class Shaper:
             self.chat_busy = False
             self.limit = self.minimum
             return self.limit
-        self._others_seen = self._others_seen + 1 if signal.others > 0 else 0
+        if signal.fresh:
+            self._others_seen = self._others_seen + 1 if signal.others > 0 else 0
         self.chat_busy = signal.chat_active > 0 or self._others_seen >= 2
         if self.chat_busy:
             self._busy_at = now
             self.limit = self.while_chat
-        elif signal.waiting > 0:
+        elif signal.waiting > 0 and signal.fresh:
             self.limit = max(self.minimum, self.limit - 1)
         elif self._others_seen == 0 and now - self._busy_at >= self.quiet_seconds:
             self.limit = min(self.maximum, max(self.limit + 1, self.minimum))
@@ -96,10 +99,20 @@ async def chat_active(r: aioredis.Redis) -> int:
 class LoadProbe:
     """Reads the signals and publishes this runner's own in-flight count for the others."""
 
-    def __init__(self, r: aioredis.Redis, engine: EngineClient) -> None:
+    # The engine renders /metrics in the process that also serves chat requests, so it is
+    # read about once a second; the Redis signals are cheap and read every tick.
+    METRICS_EVERY = 1.0
+
+    def __init__(
+        self, r: aioredis.Redis, engine: EngineClient, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._redis = r
         self._engine = engine
+        self._clock = clock
         self._key = BULK_INFLIGHT_PREFIX + uuid.uuid4().hex
+        self._load: EngineLoad | None = None
+        self._load_bulk = 0
+        self._load_at = -float("inf")
 
     async def read(self, inflight: int) -> Signal | None:
         await self._redis.set(self._key, inflight, ex=BULK_INFLIGHT_TTL)
@@ -107,11 +120,23 @@ class LoadProbe:
         values = await self._redis.mget(keys) if keys else []
         bulk = sum(int(v) for v in values if v is not None)
         active = await chat_active(self._redis)
-        try:
-            load = await self._engine.load()
-        except EngineError:
+        fresh = self._clock() - self._load_at >= self.METRICS_EVERY
+        if fresh:
+            self._load_at = self._clock()
+            self._load_bulk = bulk
+            try:
+                self._load = await self._engine.load()
+            except EngineError:
+                self._load = None
+        if self._load is None:
             return None
-        return Signal(chat_active=active, running=load.running, waiting=load.waiting, bulk_inflight=bulk)
+        return Signal(
+            chat_active=active,
+            running=self._load.running,
+            waiting=self._load.waiting,
+            bulk_inflight=self._load_bulk,
+            fresh=fresh,
+        )
 
     async def close(self) -> None:
         await self._redis.delete(self._key)

@@ -118,7 +118,7 @@ async def test_it_preempts_newest_requests_when_chat_starts_and_they_do_not_lose
 
 async def test_it_aborts_in_flight_requests_on_cancel_and_keeps_finished_results():
     job = await aqueued_job(documents(8))
-    engine = BulkFakeEngine(delay=0.2)
+    engine = BulkFakeEngine(delay=1.5)
     shaper = Shaper(maximum=4, minimum=4, while_chat=4, quiet_seconds=0)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)

@@ -85,3 +85,16 @@ async def test_it_reads_the_chat_count_as_a_counter_or_a_lease_set(value, expect
     finally:
         await r.delete(CHAT_ACTIVE_KEY)
         await r.aclose()
+
+
+def test_it_counts_foreign_requests_and_queueing_only_on_fresh_engine_figures():
+    clock = Clock()
+    shaper = make(clock)
+    for _ in range(5):
+        shaper.update(quiet(4))
+    foreign = Signal(chat_active=0, running=5, waiting=0, bulk_inflight=4)
+    stale = Signal(chat_active=0, running=5, waiting=0, bulk_inflight=4, fresh=False)
+    assert shaper.update(foreign) == 6
+    assert shaper.update(stale) == 6 and not shaper.chat_busy
+    queued = Signal(chat_active=0, running=6, waiting=2, bulk_inflight=8, fresh=False)
+    assert shaper.update(queued) == 6, "an old queue reading is not acted on again"
