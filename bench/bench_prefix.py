@@ -100,7 +100,10 @@ def run_mode(prefix_caching: bool, count: int) -> dict:
         environment = product_environment(system_prompt=LONG_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
         with product_running(engine_url, **environment) as base_url:
             product, raw = [], []
-            with bench_users(count) as cookies:
+            with bench_users(count + 1) as (warm_up, *cookies):
+                # First requests pay for imports, connections and compilation: not what is measured.
+                asyncio.run(product_conversation(base_url, warm_up, ["Hello."]))
+                asyncio.run(raw_conversation(engine_url, ["Hello."]))
                 for index, cookie in enumerate(cookies):
                     product.append(asyncio.run(product_conversation(base_url, cookie, conversation(index))))
                     raw.append(asyncio.run(raw_conversation(engine_url, conversation(index))))

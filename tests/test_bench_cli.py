@@ -34,6 +34,9 @@ def test_it_picks_the_knee_by_its_written_rule(settings):
         for seqs, tps in [(8, 100.0), (16, 200.0), (32, 290.0), (64, 300.0)]
     ]
     assert choose(rows, "max_num_seqs") == 32
+    # The shipped 32 falls out of the good set: the smallest good value wins.
+    moved = {8: 100.0, 16: 280.0, 32: 100.0, 64: 300.0}
+    assert choose([{**row, "tokens_per_s": moved[row["max_num_seqs"]]} for row in rows], "max_num_seqs") == 16
     assert len(points({"max_num_seqs": [16, 32], "block_size": [32, 64]})) == 3
 
 
