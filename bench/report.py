@@ -17,6 +17,8 @@ from bench.results import RESULTS, ROOT  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 RAW, PRODUCT = "#6b7280", "#2563eb"
+# Everything from this line on in docs/benchmarks.md is written by people and kept across runs.
+NOTES = "<!-- notes: kept by bench/report.py -->"
 
 
 def load(folder: Path, name: str) -> dict | None:
@@ -331,7 +333,10 @@ def main(argv: list[str] | None = None) -> None:
     parts = [INTRO.format(minutes=minutes)]
     if results:
         parts.append(machine_section(results))
-    options.doc.write_text("\n\n".join(parts + sections) + "\n")
+    notes = ""
+    if options.doc.exists() and NOTES in (previous := options.doc.read_text()):
+        notes = previous[previous.index(NOTES) :]
+    options.doc.write_text("\n\n".join(parts + sections) + "\n" + (f"\n{notes}" if notes else ""))
     print(f"wrote {options.doc}")
 
 

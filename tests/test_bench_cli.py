@@ -61,7 +61,9 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     }  # fmt: skip
     (tmp_path / "streaming.json").write_text(json.dumps(streaming))
     doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"old figures\n{report.NOTES}\n## Notes\nWritten by a person.\n")
     report.main(["--results", str(tmp_path), "--doc", str(doc)])
     text = doc.read_text()
     assert "test cpu" in text and "streaming.png" in text and "Not run yet" in text
+    assert "old figures" not in text and text.endswith("## Notes\nWritten by a person.\n")
     assert (tmp_path / "streaming.png").stat().st_size > 1000
