@@ -75,6 +75,7 @@ def summarize(answers: Sequence[Answer], wall: float) -> dict:
         "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None,
         "ttft_p50_ms": ms(percentile(ttfts, 50)),
         "ttft_p95_ms": ms(percentile(ttfts, 95)),
+        "ttft_mean_ms": ms(sum(ttfts) / len(ttfts)) if ttfts else None,
         "gap_p50_ms": ms(percentile(gaps, 50)),
         "gap_p99_ms": ms(percentile(gaps, 99)),
     }
