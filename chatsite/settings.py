@@ -73,7 +73,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6380/0")
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "frontend.layers.ReconnectingRedisChannelLayer",
         "CONFIG": {"hosts": [REDIS_URL]},
     }
 }
@@ -108,7 +108,7 @@ INFERENCE_MAX_MODEL_LEN = env_int("INFERENCE_MAX_MODEL_LEN", 4096, minimum=256)
 INFERENCE_MAX_NUM_SEQS = env_int("INFERENCE_MAX_NUM_SEQS", 32, minimum=1)
 INFERENCE_MAX_NUM_BATCHED_TOKENS = env_int("INFERENCE_MAX_NUM_BATCHED_TOKENS", 4096, minimum=256)
 INFERENCE_BLOCK_SIZE = env_int("INFERENCE_BLOCK_SIZE", 32, minimum=16)
-INFERENCE_KV_CACHE_SPACE_GB = env_float("INFERENCE_KV_CACHE_SPACE_GB", 2.0, minimum=0.1)
+INFERENCE_KV_CACHE_SPACE_GB = env_int("INFERENCE_KV_CACHE_SPACE_GB", 2, minimum=1)
 INFERENCE_GPU_MEMORY_UTILIZATION = env_float(
     "INFERENCE_GPU_MEMORY_UTILIZATION", 0.9, minimum=0.05, maximum=1.0
 )
@@ -150,6 +150,24 @@ CHAT_SYSTEM_PROMPT_MAX_CHARS = env_int("CHAT_SYSTEM_PROMPT_MAX_CHARS", 4000, min
 # Conversations per page of /api/conversations/ unless ?page_size= asks for fewer or more (up to 100).
 CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
 
+# Monitoring (monitoring/).
+INSTALLED_APPS += ["monitoring"]
+MIDDLEWARE.insert(0, "monitoring.middleware.RequestIdMiddleware")
+# Read by prometheus_client itself at import; set it before the process starts to
+# aggregate the metrics of several processes (docs/monitoring.md).
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+# When set, /metrics asks for `Authorization: Bearer <token>`.
+MONITORING_METRICS_TOKEN = env_str("MONITORING_METRICS_TOKEN", "")
+MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
+MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+LOGGING["filters"] = {"log_ids": {"()": "monitoring.logcontext.ContextFilter"}}
+LOGGING["formatters"] = {
+    "plain": {"()": "monitoring.logcontext.PlainFormatter"},
+    "json": {"()": "monitoring.logcontext.JsonFormatter"},
+}
+LOGGING["handlers"]["console"].update(formatter=LOG_FORMAT, filters=["log_ids"])
+
 # Bulk summarization jobs (jobs/).
 # Engine priority of bulk requests; chat uses CHAT_PRIORITY and lower numbers run first.
 BULK_PRIORITY = env_int("BULK_PRIORITY", 10)
@@ -181,20 +199,26 @@ BULK_MAX_UNCOMPRESSED_BYTES = env_int("BULK_MAX_UNCOMPRESSED_BYTES", 100 * 1024 
 BULK_PDF_TIMEOUT = env_float("BULK_PDF_TIMEOUT", 30.0, minimum=1.0)
 DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS
 
-# Monitoring (monitoring/).
-INSTALLED_APPS += ["monitoring"]
-MIDDLEWARE.insert(0, "monitoring.middleware.RequestIdMiddleware")
-# Read by prometheus_client itself at import; set it before the process starts to
-# aggregate the metrics of several processes (docs/monitoring.md).
-PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
-# When set, /metrics asks for `Authorization: Bearer <token>`.
-MONITORING_METRICS_TOKEN = env_str("MONITORING_METRICS_TOKEN", "")
-MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
-MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
-LOG_FORMAT = env_str("LOG_FORMAT", "plain")
-LOGGING["filters"] = {"log_ids": {"()": "monitoring.logcontext.ContextFilter"}}
-LOGGING["formatters"] = {
-    "plain": {"()": "monitoring.logcontext.PlainFormatter"},
-    "json": {"()": "monitoring.logcontext.JsonFormatter"},
+# Resilience: timeouts, circuit breaker, admission control, resumable streams (frontend/, inference/).
+CHAT_FIRST_TOKEN_TIMEOUT = env_float("CHAT_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
+CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
+CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
+INFERENCE_BREAKER_FAILURES = env_int("INFERENCE_BREAKER_FAILURES", 5, minimum=1)
+INFERENCE_BREAKER_COOL_DOWN = env_float("INFERENCE_BREAKER_COOL_DOWN", 10.0, minimum=0.1)
+# Bounded admission: past these a chat gets `busy` with a retry-after instead of a queue slot.
+CHAT_MAX_ACTIVE_PER_USER = env_int("CHAT_MAX_ACTIVE_PER_USER", 3, minimum=1)
+CHAT_MAX_ACTIVE_TOTAL = env_int("CHAT_MAX_ACTIVE_TOTAL", 64, minimum=1)
+CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 20, minimum=1)
+CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
+CHAT_LEASE_SECONDS = env_float("CHAT_LEASE_SECONDS", 60.0, minimum=5.0)
+CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
+CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
+CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
+CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)
+CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 10.0, minimum=0.1)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-stale-answers": {
+        "task": "frontend.tasks.sweep_stale_answers",
+        "schedule": CHAT_STALE_AFTER_SECONDS / 2,
+    },
 }
-LOGGING["handlers"]["console"].update(formatter=LOG_FORMAT, filters=["log_ids"])

@@ -4,7 +4,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
-    path("", include("jobs.urls")),
     path("", include("monitoring.urls")),
+    path("", include("jobs.urls")),
     path("", include("frontend.urls")),
 ]

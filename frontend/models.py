@@ -45,6 +45,10 @@ class Message(models.Model):
         COMPLETE = "complete"
         STOPPED = "stopped"
         ERROR = "error"
+        # Ended by a timeout (first token, between tokens, or total).
+        TIMEOUT = "timeout"
+        # Cut off by a failure outside the answer: the engine or a web process died.
+        INTERRUPTED = "interrupted"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     # The message this one follows; null for the first user message of each version.

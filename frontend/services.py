@@ -2,7 +2,9 @@
 writes messages."""
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -10,6 +12,7 @@ from django.utils import timezone
 
 from frontend import selectors
 from frontend.models import Conversation, Message
+from frontend.streams import alive_key
 
 TITLE_LENGTH = 60
 TEMPERATURE_BOUNDS = (0.0, 2.0)
@@ -237,3 +240,28 @@ def conversation_show(*, user: AbstractBaseUser, conversation_id: int, message_i
     leaf = selectors.latest_leaf(message=message)
     Conversation.objects.filter(pk=conversation.pk).update(current_leaf=leaf)
     return leaf
+
+
+def messages_interrupt_stale() -> int:
+    """Mark as interrupted every answer still 'generating' whose process stopped its heartbeat.
+
+    The generating process keeps `chat:alive:<id>` fresh in Redis; an answer older
+    than CHAT_STALE_AFTER_SECONDS without it belongs to a process that died.
+    """
+    cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS)
+    candidates = list(
+        Message.objects.filter(status=Message.Status.GENERATING, created_at__lt=cutoff).values_list(
+            "pk", flat=True
+        )
+    )
+    if not candidates:
+        return 0
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    alive = client.mget([alive_key(pk) for pk in candidates])
+    dead = [pk for pk, beat in zip(candidates, alive, strict=True) if beat is None]
+    return Message.objects.filter(pk__in=dead, status=Message.Status.GENERATING).update(
+        status=Message.Status.INTERRUPTED,
+        error_code="interrupted",
+        note="The web process generating this answer stopped before it finished.",
+        finished_at=timezone.now(),
+    )

@@ -4,14 +4,22 @@ import functools
 
 from django.conf import settings
 
+from inference.breaker import CircuitBreaker, GuardedEngineClient
 from inference.client import EngineClient, OpenAIEngineClient
 
 
 @functools.cache
 def engine_client() -> EngineClient:
-    return OpenAIEngineClient(
-        settings.INFERENCE_URL,
-        settings.INFERENCE_MODEL_NAME,
-        connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
-        token_timeout=settings.INFERENCE_TOKEN_TIMEOUT,
+    """The engine client every caller shares, behind this process's circuit breaker."""
+    return GuardedEngineClient(
+        OpenAIEngineClient(
+            settings.INFERENCE_URL,
+            settings.INFERENCE_MODEL_NAME,
+            connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
+            token_timeout=settings.INFERENCE_TOKEN_TIMEOUT,
+        ),
+        CircuitBreaker(
+            failure_threshold=settings.INFERENCE_BREAKER_FAILURES,
+            cool_down=settings.INFERENCE_BREAKER_COOL_DOWN,
+        ),
     )

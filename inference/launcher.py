@@ -34,7 +34,7 @@ class EngineConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
-    kv_cache_space_gb: float
+    kv_cache_space_gb: int
     gpu_memory_utilization: float
     enforce_eager: bool
     prefix_caching: bool
@@ -84,7 +84,7 @@ class EngineConfig:
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         # Read by the CPU build only; CUDA hosts size the cache from gpu_memory_utilization.
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{self.kv_cache_space_gb:g}")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gb))
         if Path(self.model).is_dir():
             # A local checkpoint must never trigger a hub lookup.
             env.setdefault("HF_HUB_OFFLINE", "1")

@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -81,7 +82,7 @@ def redis_server():
 def engine_url():
     """A real vLLM server for the whole session, started through the product's launcher."""
     url = f"http://127.0.0.1:{free_port()}"
-    config = replace(EngineConfig.from_settings(settings), url=url, kv_cache_space_gb=1.0, max_num_seqs=8)
+    config = replace(EngineConfig.from_settings(settings), url=url, kv_cache_space_gb=1, max_num_seqs=8)
     log = open(LOGS / "test-engine.log", "w")  # noqa: SIM115 - closed below
     engine = EngineProcess(config, output=log)
     engine.start()
@@ -106,20 +107,36 @@ def _database_url() -> str:
     return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def product_server(django_db_setup, django_db_blocker, engine_url):
+@dataclass(frozen=True)
+class DaphneServer:
+    url: str
+    process: subprocess.Popen
+
+
+# As in the Procfile's web process.
+WS_MAX_MESSAGE_BYTES = 262144
+
+
+@contextmanager
+def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
     """daphne serving the product, as `make run` starts it, on the test database."""
     port = free_port()
-    env = dict(
-        os.environ,
-        DATABASE_URL=_database_url(),
-        INFERENCE_URL=engine_url,
-        REDIS_URL=settings.REDIS_URL,
-        DATA_DIR=str(settings.DATA_DIR),
-    )
-    log = open(LOGS / "test-daphne.log", "w")  # noqa: SIM115 - closed below
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "INFERENCE_URL": engine_url,
+        "REDIS_URL": settings.REDIS_URL,
+        "DATA_DIR": str(settings.DATA_DIR),
+        **env_overrides,
+    }
+    log = open(LOGS / f"test-daphne-{port}.log", "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
+        [
+            *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
+            *("--websocket-max-message-size", str(WS_MAX_MESSAGE_BYTES)),
+            *daphne_args,
+            "chatsite.asgi:application",
+        ],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -135,11 +152,18 @@ def product_server(django_db_setup, django_db_blocker, engine_url):
 
     try:
         wait_for(up, 60, "daphne")
-        yield base
+        yield DaphneServer(base, process)
     finally:
-        process.terminate()
-        process.wait(15)
+        if process.poll() is None:
+            process.terminate()
+            process.wait(15)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def product_server(django_db_setup, django_db_blocker, engine_url):
+    with running_daphne(engine_url) as server:
+        yield server.url
 
 
 @pytest.fixture
@@ -164,9 +188,12 @@ BROWSER_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium driven by Playwright; missing Chromium fails in CI and skips elsewhere."""
+    """Debian's Chromium driven by Playwright; missing Chromium fails in CI and skips elsewhere.
+
+    Module-scoped: Playwright's sync API runs an event loop in this thread for as
+    long as it is open, which would break every asyncio test that runs after it."""
     import shutil
 
     from playwright.sync_api import sync_playwright

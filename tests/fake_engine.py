@@ -7,10 +7,10 @@ from inference.client import ChatRequest, Completion, EngineError, TextDelta
 
 
 class FakeEngine:
-    def __init__(
-        self, deltas: Sequence[str] = (), *, fail_with: EngineError | None = None, hang: bool = False
-    ):
-        self.deltas = list(deltas)
+    """Plays a script: a str is a delta, a number a pause in seconds, an Event a wait for it."""
+
+    def __init__(self, script: Sequence = (), *, fail_with: EngineError | None = None, hang: bool = False):
+        self.script = list(script)
         self.fail_with = fail_with
         self.hang = hang
         self.requests: list[ChatRequest] = []
@@ -18,14 +18,21 @@ class FakeEngine:
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
         self.requests.append(request)
+        deltas = 0
         try:
-            for text in self.deltas:
-                yield TextDelta(text)
+            for step in self.script:
+                if isinstance(step, str):
+                    deltas += 1
+                    yield TextDelta(step)
+                elif isinstance(step, asyncio.Event):
+                    await step.wait()
+                else:
+                    await asyncio.sleep(step)
             if self.fail_with is not None:
                 raise self.fail_with
             if self.hang:
                 await asyncio.Event().wait()
-            yield Completion("stop", prompt_tokens=10, cached_tokens=0, completion_tokens=len(self.deltas))
+            yield Completion("stop", prompt_tokens=10, cached_tokens=0, completion_tokens=deltas)
         finally:
             self.closed.set()
 

@@ -87,3 +87,18 @@ def test_it_refuses_a_foreign_origin_even_with_a_session(ws_url, user):
     with pytest.raises(InvalidStatus) as refused:
         open_chat(ws_url, "http://evil.example", user)
     assert refused.value.response.status_code == 403
+
+
+def test_it_closes_the_sessions_sockets_when_the_user_logs_out(ws_url, origin, user):
+    from django.test import Client
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies["sessionid"].value
+    with connect(ws_url, origin=origin, additional_headers={"Cookie": f"sessionid={cookie}"}) as ws:
+        assert client.post("/accounts/logout/").status_code == 302
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=5)
+        assert closed.value.rcvd.code == 4401

@@ -40,7 +40,7 @@ def test_it_lists_only_the_users_conversations_and_embeds_the_history_as_data(cl
     assert "Bobs secret" not in page
     assert "<script>alert(1)</script>" not in page
     data = page.split('id="initial-state" type="application/json">')[1].split("</script>")[0]
-    assert json.loads(data)["messages"][0]["content"] == "<script>alert(1)</script>"
+    assert json.loads(data)["conversation"]["messages"][0]["content"] == "<script>alert(1)</script>"
 
 
 def test_it_answers_another_users_conversation_as_missing(client, alice):

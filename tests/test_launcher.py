@@ -24,7 +24,7 @@ def test_it_takes_every_batch_and_memory_limit_from_configuration(monkeypatch):
     assert "--enable-prompt-tokens-details" in command
     assert ("--enforce-eager" in command) == settings.INFERENCE_ENFORCE_EAGER
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    assert config.environment()["VLLM_CPU_KVCACHE_SPACE"] == f"{settings.INFERENCE_KV_CACHE_SPACE_GB:g}"
+    assert config.environment()["VLLM_CPU_KVCACHE_SPACE"] == str(settings.INFERENCE_KV_CACHE_SPACE_GB)
 
 
 def test_it_passes_extra_flags_and_can_turn_prefix_caching_off():

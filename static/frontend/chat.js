@@ -369,7 +369,9 @@
       if (live) sendFrame({ type: "chat.resume", message: live.id, after: live.lastSeq });
     });
     socket.addEventListener("message", (event) => handle(JSON.parse(event.data)));
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", (event) => {
+      // 4401: the session logged out (in this tab or another); reconnecting cannot succeed.
+      if (event.code === 4401) { location.assign("/accounts/login/"); return; }
       if (request) { if (request.echo) request.echo.remove(); request = null; setBusy(); }
       showStatus("Connection lost; reconnecting…");
       setTimeout(connect, retryDelay);

