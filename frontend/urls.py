@@ -1,6 +1,6 @@
 from django.urls import path
 
-from frontend import api, health, views
+from frontend import api, health, http_stream, views
 
 urlpatterns = [
     path("", views.chat, name="chat"),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("c/<int:conversation_id>/delete", views.conversation_delete, name="conversation-delete"),
     path("c/<int:conversation_id>/settings", views.conversation_settings, name="conversation-settings"),
     path("c/<int:conversation_id>/show", views.conversation_show, name="conversation-show"),
+    path("chat/stream", http_stream.chat_stream, name="chat-stream"),
     path("api/conversations/", api.conversation_list, name="api-conversations"),
     path("api/conversations/<int:conversation_id>/", api.conversation_detail, name="api-conversation"),
     path("healthz", health.healthz, name="healthz"),

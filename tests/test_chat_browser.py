@@ -68,7 +68,7 @@ def test_it_streams_follows_stops_regenerates_edits_flips_and_reloads(page, prod
     page.fill("#prompt", "Tell me a long story about a dragon who learns to cook.")
     page.keyboard.press("Enter")
     answer = page.locator(".message.assistant.generating .body")
-    answer.wait_for()
+    answer.wait_for(timeout=90_000)
     lengths = []
     followed = False
     deadline = time.monotonic() + 60

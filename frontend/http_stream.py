@@ -1,0 +1,166 @@
+"""`POST /chat/stream`: one chat answer as Server-Sent Events.
+
+The answer is generated exactly as for the WebSocket: admission, a stored turn, a
+`Generation` task publishing frames to the answer's Redis stream (frontend.streams).
+This view follows that stream and writes each frame as an SSE event:
+
+    data: {"token": "..."}                       one per delta
+    data: {"done": true, "conversation": ..., "message": ..., "usage": {...}, ...}
+    data: [DONE]
+
+daphne serves the response from the event loop, so no thread is held per stream.
+An HTTP client cannot resume, so one that goes away stops its answer (stored as stopped).
+Failures before the first token are plain JSON errors with a status (docs/store.md);
+later ones arrive as a `data: {"error": {...}}` event before `[DONE]`.
+"""
+
+import asyncio
+import contextvars
+import json
+from collections.abc import AsyncIterator
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from apitokens.auth import auser_for_request
+from apitokens.models import Scope
+from frontend import admission, services, streams
+from frontend.generation import Generation
+from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
+from frontend.redisconn import redis_client
+from inference.engine import engine_client
+from monitoring import metrics
+
+# Failures before the first token, as HTTP statuses.
+_ERROR_STATUS = {
+    "prompt_too_long": 400,
+    "engine_rejected": 400,
+    "internal_error": 500,
+}
+
+
+def _event(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+def _as_event(frame: dict, turn: services.Turn) -> dict:
+    ids = {"conversation": turn.conversation_id, "message": turn.assistant_message_id}
+    if frame["type"] == "chat.token":
+        return {"token": frame["text"]}
+    if frame["type"] == "chat.error":
+        return {"error": {"code": frame["code"], "detail": frame["detail"]}, **ids}
+    return {
+        "done": True,
+        **ids,
+        "user_message": turn.user_message_id,
+        "status": frame["status"],
+        "finish_reason": frame["finish_reason"],
+        "usage": frame["usage"],
+        "ttft_ms": frame["ttft_ms"],
+        "note": frame.get("note", ""),
+    }
+
+
+def _check_request(data: dict) -> tuple[str, int | None]:
+    prompt = data.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ApiError(400, "invalid_field", "'prompt' must be a non-empty string")
+    if len(prompt) > settings.CHAT_MAX_CONTENT_CHARS:
+        limit = settings.CHAT_MAX_CONTENT_CHARS
+        raise ApiError(413, "too_large", f"'prompt' is longer than {limit} characters")
+    conversation = data.get("conversation")
+    if conversation is not None and (
+        isinstance(conversation, bool) or not isinstance(conversation, int) or conversation < 1
+    ):
+        raise ApiError(400, "invalid_field", "'conversation' must be a conversation id or absent")
+    return prompt, conversation
+
+
+async def _events(first: dict, frames: AsyncIterator[dict], generation: Generation) -> AsyncIterator[bytes]:
+    try:
+        frame = first
+        while True:
+            yield _event(_as_event(frame, generation.turn))
+            if frame["type"] in streams.TERMINAL:
+                break
+            frame = await anext(frames)
+        yield _event("[DONE]")
+    finally:
+        # Django cancels this iterator when the client disconnects; the request ends
+        # once the stopped answer is stored.
+        if not generation.task.done():
+            generation.stop("disconnect")
+        await asyncio.wait([generation.task])
+        await frames.aclose()
+
+
+async def _start(user, prompt: str, conversation_id: int | None) -> Generation:
+    r = redis_client()
+    try:
+        lease = await admission.admit(r, user_id=user.pk)
+    except admission.Busy as exc:
+        metrics.admission_refused(exc.reason)
+        raise ApiError(
+            429,
+            "busy",
+            "Too many answers at once; try again shortly.",
+            {"Retry-After": str(round(exc.retry_after))},
+        ) from None
+    try:
+        turn = await database_sync_to_async(services.chat_turn_start)(
+            user=user, conversation_id=conversation_id, content=prompt
+        )
+    except BaseException:
+        await admission.release(r, lease)
+        raise
+    # The message is new, so a stream under its id is a leftover of a reset store: not its tokens.
+    await r.delete(streams.stream_key(turn.assistant_message_id))
+    generation = Generation(turn, user_id=user.pk, engine=engine_client(), lease=lease)
+    # Not in this request's context: the ORM calls of code started in a view go to a
+    # thread of that view's call, which is gone once it returns its streaming response.
+    contextvars.Context().run(generation.start)
+    return generation
+
+
+@csrf_exempt
+@json_errors
+async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
+    """Store the prompt, generate the answer, and stream it as SSE."""
+    if request.method != "POST":
+        raise ApiError(405, "method_not_allowed", "use POST")
+    user = await auser_for_request(request, Scope.CHAT)
+    if user is None:
+        raise unauthenticated()
+    check_csrf(request)
+    # JSON may spell a character in up to six bytes (\\uXXXX).
+    prompt, conversation_id = _check_request(
+        read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 + 1024)
+    )
+    try:
+        generation = await _start(user, prompt, conversation_id)
+    except services.NotFound:
+        raise not_found("conversation") from None
+    frames = streams.follow(redis_client(), generation.message_id)
+    try:
+        first = await anext(frames)
+    except BaseException:
+        generation.stop("disconnect")
+        await frames.aclose()
+        raise
+    if first["type"] == "chat.error":
+        await frames.aclose()
+        retry_after = first.get("retry_after")
+        raise ApiError(
+            _ERROR_STATUS.get(first["code"], 503),
+            first["code"],
+            first["detail"],
+            {"Retry-After": str(round(retry_after))} if retry_after else None,
+        )
+    return StreamingHttpResponse(
+        _events(first, frames, generation),
+        content_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

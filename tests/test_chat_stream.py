@@ -1,0 +1,220 @@
+"""`POST /chat/stream`: the exact SSE format, auth, errors; events arrive as the engine makes them."""
+
+import json
+import time
+
+import httpx
+import pytest
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient
+
+from apitokens.services import token_issue
+from frontend import admission, http_stream
+from frontend.models import Conversation, Message
+from frontend.redisconn import redis_client
+from inference.client import EngineError
+from tests.fake_engine import FakeEngine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="pw-alice-123")
+
+
+def bearer(user, scopes=("chat",)) -> dict:
+    _, plain = token_issue(user=user, scopes=scopes)
+    return {"Authorization": f"Bearer {plain}"}
+
+
+async def token_headers(user, scopes=("chat",)) -> dict:
+    return await sync_to_async(bearer)(user, scopes)
+
+
+def use_engine(monkeypatch, engine: FakeEngine) -> FakeEngine:
+    monkeypatch.setattr(http_stream, "engine_client", lambda: engine)
+    return engine
+
+
+async def post(body, headers: dict | None = None):
+    raw = body if isinstance(body, str | bytes) else json.dumps(body)
+    # As under daphne, the request's synchronous parts get a thread of their own.
+    async with ThreadSensitiveContext():
+        return await AsyncClient().post("/chat/stream", raw, content_type="application/json", headers=headers)
+
+
+async def body_of(response) -> str:
+    return b"".join([chunk async for chunk in response.streaming_content]).decode()
+
+
+async def test_it_streams_one_event_per_delta_then_the_summary_then_done(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine(["Hel", "lo", ' "you"\n']))
+    headers = await token_headers(alice)
+    response = await post({"prompt": "Hi"}, headers)
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/event-stream"
+    assert response["Cache-Control"] == "no-cache"
+    assert response["X-Accel-Buffering"] == "no"
+    text = await body_of(response)
+    events = text.split("\n\n")
+    assert events[-1] == ""
+    assert all(e.startswith("data: ") and "\n" not in e for e in events[:-1])
+    payloads = [e.removeprefix("data: ") for e in events[:-1]]
+    assert payloads[-1] == "[DONE]"
+    assert [json.loads(p) for p in payloads[:3]] == [{"token": "Hel"}, {"token": "lo"}, {"token": ' "you"\n'}]
+    done = json.loads(payloads[3])
+    message = await Message.objects.aget(pk=done["message"])
+    assert done == {
+        "done": True,
+        "conversation": message.conversation_id,
+        "message": message.pk,
+        "user_message": message.parent_id,
+        "status": "complete",
+        "finish_reason": "stop",
+        "usage": {"prompt_tokens": 10, "cached_tokens": 0, "completion_tokens": 3},
+        "ttft_ms": done["ttft_ms"],
+        "note": "",
+    }
+    assert (message.status, message.content) == ("complete", 'Hello "you"\n')
+    assert len(payloads) == 5
+
+
+async def test_it_continues_a_conversation_and_answers_another_users_as_missing(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine(["ok"]))
+    headers = await token_headers(alice)
+    first = await body_of(await post({"prompt": "One"}, headers))
+    conversation = json.loads(first.split("\n\n")[1].removeprefix("data: "))["conversation"]
+    await body_of(await post({"prompt": "Two", "conversation": conversation}, headers))
+    assert await Message.objects.filter(conversation_id=conversation).acount() == 4
+    bob = await get_user_model().objects.acreate(username="bob")
+    theirs = await Conversation.objects.acreate(owner=bob)
+    response = await post({"prompt": "let me in", "conversation": theirs.pk}, headers)
+    assert (response.status_code, json.loads(response.content)["error"]["code"]) == (404, "not_found")
+
+
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        ("{nope", 400, "invalid_json"),
+        ([1, 2], 400, "invalid_json"),
+        ({}, 400, "invalid_field"),
+        ({"prompt": "  "}, 400, "invalid_field"),
+        ({"prompt": "hi", "conversation": "3"}, 400, "invalid_field"),
+        ({"prompt": "x" * 20_000}, 413, "too_large"),
+        ("x" * 200_000, 413, "too_large"),
+    ],
+)
+async def test_it_answers_bad_input_with_a_json_error(alice, monkeypatch, body, status, code):
+    engine = use_engine(monkeypatch, FakeEngine(["no"]))
+    response = await post(body, await token_headers(alice))
+    assert response.status_code == status
+    assert json.loads(response.content)["error"]["code"] == code
+    assert engine.requests == []
+    assert await Message.objects.acount() == 0
+
+
+async def test_it_needs_a_session_with_csrf_or_a_token_with_the_chat_scope(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine(["no"]))
+    response = await post({"prompt": "hi"})
+    assert (response.status_code, json.loads(response.content)["error"]["code"]) == (401, "unauthenticated")
+    store_only = await token_headers(alice, ("store.read",))
+    assert (await post({"prompt": "hi"}, store_only)).status_code == 401
+    client = AsyncClient(enforce_csrf_checks=True)
+    await client.aforce_login(alice)
+    response = await client.post("/chat/stream", {"prompt": "hi"}, content_type="application/json")
+    assert (response.status_code, json.loads(response.content)["error"]["code"]) == (403, "csrf_failed")
+    assert (await client.get("/chat/stream")).status_code == 405
+
+
+async def test_it_answers_503_when_the_engine_is_unreachable_before_the_first_token(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine([], fail_with=EngineError("down", code="engine_unavailable")))
+    response = await post({"prompt": "hi"}, await token_headers(alice))
+    assert response.status_code == 503
+    assert json.loads(response.content)["error"]["code"] == "engine_unavailable"
+    assert await Message.objects.filter(error_code="engine_unavailable").acount() == 1
+
+
+async def test_it_ends_with_an_error_event_when_the_engine_fails_mid_answer(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine(["par", "tial"], fail_with=EngineError("gone", code="engine_error")))
+    text = await body_of(await post({"prompt": "hi"}, await token_headers(alice)))
+    payloads = [e.removeprefix("data: ") for e in text.split("\n\n")[:-1]]
+    assert [json.loads(p) for p in payloads[:2]] == [{"token": "par"}, {"token": "tial"}]
+    assert json.loads(payloads[2])["error"] == {"code": "engine_error", "detail": "gone"}
+    assert payloads[3] == "[DONE]"
+
+
+def test_it_streams_the_real_engines_tokens_as_they_are_made(product_server, django_user_model):
+    user = django_user_model.objects.create_user("erin", password="pw-erin-12345")
+    conversation = Conversation.objects.create(owner=user, max_tokens=48, temperature=0)
+    headers = bearer(user)
+    arrivals = []
+    events = []
+    with httpx.stream(
+        "POST",
+        product_server + "/chat/stream",
+        json={"prompt": "Count from one to twenty in words.", "conversation": conversation.pk},
+        headers=headers,
+        timeout=120,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append(time.monotonic())
+                events.append(line.removeprefix("data: "))
+    assert events[-1] == "[DONE]"
+    tokens = [json.loads(e)["token"] for e in events[:-2]]
+    done = json.loads(events[-2])
+    assert len(tokens) >= 5
+    assert done["status"] == "complete" and done["usage"]["completion_tokens"] >= len(tokens) - 1
+    # Incremental: the first and last tokens did not arrive together.
+    assert arrivals[len(tokens) - 1] - arrivals[0] > 0.05
+    assert Message.objects.get(pk=done["message"]).content == "".join(tokens)
+
+
+def test_it_stops_the_answer_when_the_client_goes_away(product_server, django_user_model):
+    user = django_user_model.objects.create_user("fred", password="pw-fred-12345")
+    conversation = Conversation.objects.create(owner=user, max_tokens=400)
+    tokens = 0
+    with httpx.stream(
+        "POST",
+        product_server + "/chat/stream",
+        json={
+            "prompt": "Write a very long essay about the history of bread.",
+            "conversation": conversation.pk,
+        },
+        headers=bearer(user),
+        timeout=120,
+    ) as response:
+        for line in response.iter_lines():
+            tokens += line.startswith('data: {"token"')
+            if tokens == 3:
+                break
+    answer = Message.objects.get(conversation=conversation, role="assistant")
+    deadline = time.monotonic() + 20
+    while answer.status == "generating" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        answer.refresh_from_db()
+    assert answer.status == "stopped"
+    assert answer.finish_reason == "abort"
+    assert answer.content
+
+
+async def test_it_answers_429_with_retry_after_past_the_users_concurrent_answers(
+    alice, monkeypatch, settings
+):
+    settings.CHAT_MAX_ACTIVE_PER_USER = 1
+    engine = use_engine(monkeypatch, FakeEngine(["no"]))
+    r = redis_client()
+    lease = await admission.admit(r, user_id=alice.pk)
+    try:
+        response = await post({"prompt": "two"}, await token_headers(alice))
+    finally:
+        await admission.release(r, lease)
+    assert response.status_code == 429
+    assert json.loads(response.content)["error"]["code"] == "busy"
+    assert float(response["Retry-After"]) >= 1
+    assert engine.requests == []
+    assert await Message.objects.acount() == 0
