@@ -1,13 +1,12 @@
 """chat.regenerate and chat.edit over the WebSocket: new versions of a turn, answered like a send."""
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
 from frontend import consumers
-from frontend.consumers import ChatConsumer
 from frontend.models import Conversation, Message
 from tests.fake_engine import FakeEngine
+from tests.test_chat_consumer import connected
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,14 +21,6 @@ def engine(monkeypatch):
 @pytest.fixture
 def alice():
     return get_user_model().objects.create_user("alice", password="x" * 12)
-
-
-async def connected(user) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
-    communicator.scope["user"] = user
-    ok, _ = await communicator.connect()
-    assert ok
-    return communicator
 
 
 async def answer(communicator, frame: dict) -> list[dict]:

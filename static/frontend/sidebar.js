@@ -18,20 +18,18 @@
     link.className = "conv-link";
     link.href = "/c/" + id + "/";
     link.textContent = title || "New chat";
-    const rename = document.createElement("button");
-    rename.type = "button";
-    rename.className = "conv-rename";
-    rename.title = "Rename";
-    rename.setAttribute("aria-label", "Rename");
-    rename.textContent = "✎";
-    const remove = document.createElement("button");
-    remove.type = "button";
-    remove.className = "conv-delete";
-    remove.title = "Delete";
-    remove.setAttribute("aria-label", "Delete");
-    remove.textContent = "✕";
-    row.append(link, rename, remove);
+    row.append(link, iconButton("conv-rename", "Rename", "✎"), iconButton("conv-delete", "Delete", "✕"));
     return row;
+  }
+
+  function iconButton(className, label, icon) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = className;
+    button.title = label;
+    button.setAttribute("aria-label", label);
+    button.textContent = icon;
+    return button;
   }
 
   function rowFor(id) { return list.querySelector('.conv[data-id="' + id + '"]'); }
