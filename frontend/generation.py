@@ -37,7 +37,10 @@ log = logging.getLogger(__name__)
 # Answers generating in this process, by message id: a stop from the same process is a direct call.
 RUNNING: dict[int, "Generation"] = {}
 
-STOP_NOTES = {"user": "Stopped by the user."}
+STOP_NOTES = {
+    "user": "Stopped by the user.",
+    "disconnect": "The HTTP client went away before the answer finished.",
+}
 TIMEOUT_NOTES = {
     "timeout_first_token": "The engine sent no first token within {:g} s.",
     "timeout_between_tokens": "The engine sent no token for {:g} s.",

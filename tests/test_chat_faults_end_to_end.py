@@ -224,10 +224,12 @@ def test_it_closes_a_client_that_stops_reading(django_db_setup, engine_url):
         sock = raw_websocket(server.url, session_cookie(user))
         send_text_frame(sock, json.dumps({"type": "chat.send", "conversation": None, "content": "Hi!"}))
         time.sleep(8)  # never reading: the pings go unanswered
-        received = b""
         sock.settimeout(5)
-        while chunk := sock.recv(65536):
-            received += chunk
-        assert b"chat.started" in received
-        assert len(received) < 1_000_000
+        # Whatever was buffered, the server must end the connection: EOF, or a reset
+        # when it aborts. A recv that times out instead fails the test.
+        try:
+            while sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
         sock.close()
