@@ -231,9 +231,10 @@ class JobAdmin(admin.ModelAdmin):
     def action_view(self, request: HttpRequest, job_id: int, action: str) -> HttpResponse:
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        job = get_object_or_404(Job, pk=job_id)
-        if action not in ("start", "cancel", "retry") or not self.has_change_permission(request, job):
+        # The permission first, so a missing job and a forbidden one answer alike.
+        if action not in ("start", "cancel", "retry") or not self.has_change_permission(request):
             raise PermissionDenied
+        job = get_object_or_404(Job, pk=job_id)
         self.message_user(request, self._apply(action, job), messages.SUCCESS)
         return redirect("admin:jobs_job_change", job.pk)
 
