@@ -237,9 +237,10 @@ def knee_section(result: dict, folder: Path) -> str:
         points = sorted(
             (r for r in rows if all(r[k] == shipped[k] for k in shipped if k != name)), key=lambda r: r[name]
         )
-        x = [str(p[name]) for p in points]
+        x = list(range(len(points)))
         axis.bar(x, [p["tokens_per_s"] for p in points], color=PRODUCT, alpha=0.7, label="tokens/s")
         axis.set(xlabel=name, ylabel="output tokens/s")
+        axis.set_xticks(x, [str(p[name]) for p in points])
         twin = axis.twinx()
         twin.plot(x, [p["ttft_p50_ms"] for p in points], "o-", color="#dc2626", label="TTFT p50 ms")
         twin.plot(x, [p["gap_p50_ms"] for p in points], "s--", color="#16a34a", label="between tokens p50 ms")
@@ -295,8 +296,10 @@ def knee_section(result: dict, folder: Path) -> str:
 def machine_section(results: list[dict]) -> str:
     machine = results[0]["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
-    durations = ", ".join(f"{r['benchmark']} {r['duration_s'] / 60:.1f} min" for r in results)
-    quick = any(r.get("quick") for r in results)
+    durations = ", ".join(
+        f"{r['benchmark']} {r['duration_s'] / 60:.1f} min" + (" (quick mode)" if r.get("quick") else "")
+        for r in results
+    )
     return "\n".join(
         [
             "## Machine",
@@ -304,8 +307,7 @@ def machine_section(results: list[dict]) -> str:
             f"- CPU: {machine['cpu']}, {machine['cores']} cores; memory {machine['memory_gb']} GB; "
             f"accelerator: {machine['accelerator']}",
             f"- {machine['system']}, Python {machine['python']}; {versions}",
-            f"- Model: {machine['model']}; commit {machine['commit']}; run {machine['date']}"
-            + (" (**quick mode**: fewer requests and settings)" if quick else ""),
+            f"- Model: {machine['model']}; commit {machine['commit']}; run {machine['date']}",
             f"- Run time: {durations}.",
             "- The machine was shared with other work while the benchmarks ran: absolute figures are noisy, "
             "the ratios (both sides measured in the same run on the same prompts) are the meaningful part.",
