@@ -233,3 +233,32 @@ def test_it_closes_a_client_that_stops_reading(django_db_setup, engine_url):
         except ConnectionResetError:
             pass
         sock.close()
+
+
+def test_it_resumes_and_stops_an_answer_from_another_web_process(django_db_setup, engine_url):
+    user = get_user_model().objects.create_user("judy", password="pw-judy-1234")
+    with running_daphne(engine_url) as first, running_daphne(engine_url) as second:
+        ws_first = first.url.replace("http://", "ws://") + "/ws/chat/"
+        ws_second = second.url.replace("http://", "ws://") + "/ws/chat/"
+        with open_chat(ws_first, first.url, user) as tab1, open_chat(ws_second, second.url, user) as tab2:
+            send(
+                tab1, {"type": "chat.send", "conversation": None, "content": "Write a long story about owls."}
+            )
+            started = receive(tab1)
+            seen = [receive(tab1), receive(tab1)]
+            assert [f["seq"] for f in seen] == [0, 1]
+
+            send(tab2, {"type": "chat.resume", "message": started["message"], "after": 0})
+            resumed = receive(tab2)
+            assert (resumed["type"], resumed["seq"]) == ("chat.token", 1)
+            assert resumed["text"] == seen[1]["text"]
+
+            send(tab2, {"type": "chat.stop", "message": started["message"]})
+            while (frame := receive(tab1))["type"] == "chat.token":
+                pass
+            assert (frame["type"], frame["status"]) == ("chat.done", "stopped")
+            while (other := receive(tab2))["type"] == "chat.token":
+                pass
+            assert other == frame
+    stored = Message.objects.get(pk=started["message"])
+    assert (stored.status, stored.content) == ("stopped", frame["content"])
