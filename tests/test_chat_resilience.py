@@ -7,14 +7,13 @@ from datetime import timedelta
 
 import pytest
 import redis
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from frontend import consumers, services
-from frontend.consumers import ChatConsumer
 from frontend.models import Conversation, Message
 from frontend.streams import alive_key
+from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,21 +27,6 @@ def alice():
 def use_engine(monkeypatch, fake: FakeEngine) -> FakeEngine:
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     return fake
-
-
-async def connected(user) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
-    communicator.scope["user"] = user
-    ok, _ = await communicator.connect()
-    assert ok
-    return communicator
-
-
-async def until_closed(communicator) -> list[dict]:
-    frames = []
-    while not frames or frames[-1]["type"] not in {"chat.done", "chat.error"}:
-        frames.append(await communicator.receive_json_from(timeout=10))
-    return frames
 
 
 async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_the_missed_tokens(

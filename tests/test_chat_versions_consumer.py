@@ -5,8 +5,8 @@ from django.contrib.auth import get_user_model
 
 from frontend import consumers
 from frontend.models import Conversation, Message
+from tests.consumer_client import connected
 from tests.fake_engine import FakeEngine
-from tests.test_chat_consumer import connected
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
