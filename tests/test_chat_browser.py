@@ -173,10 +173,10 @@ def test_it_searches_renames_and_deletes_conversations(page, product_server):
     assert page.locator("#conversation-list .conv").count() == 2
 
     page.fill("#search", "KRILL")
-    page.wait_for_function("document.querySelectorAll('#conversation-list .conv').length === 1")
+    expect(page.locator("#conversation-list .conv")).to_have_count(1)
     assert page.locator("#conversation-list .conv-link").inner_text() == "What do penguins eat?"
     page.fill("#search", "")
-    page.wait_for_function("document.querySelectorAll('#conversation-list .conv').length === 2")
+    expect(page.locator("#conversation-list .conv")).to_have_count(2)
 
     row = page.locator(f'.conv[data-id="{penguins.conversation_id}"]')
     row.hover()
@@ -191,7 +191,7 @@ def test_it_searches_renames_and_deletes_conversations(page, product_server):
     row.hover()
     with page.expect_response("**/delete"):
         row.locator(".conv-delete").click()
-    assert row.count() == 0
+    expect(row).to_have_count(0)
     assert not Conversation.objects.filter(pk=penguins.conversation_id).exists()
 
 
@@ -258,8 +258,12 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
     # The streaming path: each payload arrives in small pieces, split mid-tag.
     streamed = page.evaluate(
         """(payloads) => {
+            const answer = document.createElement('div');
+            answer.className = 'message assistant';
             const box = document.createElement('div');
-            document.getElementById('messages').appendChild(box);
+            box.className = 'body';
+            answer.appendChild(box);
+            document.getElementById('messages').appendChild(answer);
             const renderer = new ChatMarkdown.StreamRenderer(box);
             const text = payloads.join('\\n\\n');
             for (let i = 0; i < text.length; i += 3) {
