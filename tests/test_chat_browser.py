@@ -107,9 +107,17 @@ def test_it_streams_follows_stops_regenerates_edits_flips_and_reloads(page, prod
     assert Conversation.objects.get(pk=conversation.pk).max_tokens == 48
 
     # Regenerate: a second version of the answer, with ‹ 2/2 › to flip between them.
+    # Meanwhile the tab is in the background: its title says when the answer is done.
+    page.evaluate("Object.defineProperty(document, 'hidden', {configurable: true, get: () => true})")
     last(page, ".message.assistant .regenerate").click()
     expect(last(page, ".message.assistant .version-label")).to_have_text("2/2")
     wait_until_answered(page)
+    assert page.title().startswith("✓ ")
+    page.evaluate(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+        "document.dispatchEvent(new Event('visibilitychange'))"
+    )
+    assert not page.title().startswith("✓")
     last(page, ".message.assistant .version-prev").click()
     assert last(page, ".message.assistant .version-label").inner_text() == "1/2"
     assert last(page, ".message.assistant .body").inner_text().strip() == stopped.content.strip()
@@ -171,6 +179,13 @@ def test_it_searches_renames_and_deletes_conversations(page, product_server):
     services.chat_turn_start(user=user, conversation_id=None, content="Tell me about volcanoes")
     log_in(page, product_server, "dora", "pw-dora-1234")
     assert page.locator("#conversation-list .conv").count() == 2
+
+    # Shift+Enter adds a line; nothing is sent.
+    page.fill("#prompt", "first line")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("second line")
+    assert page.input_value("#prompt") == "first line\nsecond line"
+    assert page.locator(".message").count() == 0
 
     page.fill("#search", "KRILL")
     expect(page.locator("#conversation-list .conv")).to_have_count(1)
