@@ -9,6 +9,8 @@ ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu
 ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 # Without REDIS_URL the bundled Redis runs as one of the processes.
 PROCESSES := web inference worker $(if $(REDIS_URL),,redis)
+# Bulk summarization jobs run on their own worker (jobs/, docs/jobs.md).
+PROCESSES += bulk
 # Web and worker processes share one metrics directory, emptied at each start (docs/monitoring.md).
 METRICS_DIR ?= $(if $(PROMETHEUS_MULTIPROC_DIR),$(PROMETHEUS_MULTIPROC_DIR),$(abspath $(or $(DATA_DIR),var))/metrics)
 

@@ -160,8 +160,8 @@ def celery_worker(engine_url: str):
     log = log_file("bulk-celery")
     env = dict(os.environ, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING")
     worker_args = (
-        f"--app chatsite worker --hostname bench-{os.getpid()}@%h --concurrency 1 --loglevel INFO "
-        "--without-gossip --without-mingle --without-heartbeat"
+        f"--app chatsite worker --queues bulk --hostname bench-{os.getpid()}@%h --concurrency 1 "
+        "--loglevel INFO --without-gossip --without-mingle --without-heartbeat"
     ).split()
     process = subprocess.Popen(
         [sys.executable, "-m", "celery", *worker_args],

@@ -191,6 +191,9 @@ BULK_TASK_SOFT_TIME_LIMIT = env_int("BULK_TASK_SOFT_TIME_LIMIT", 540, minimum=10
 BULK_TASK_TIME_LIMIT = env_int("BULK_TASK_TIME_LIMIT", 600, minimum=15)
 BULK_VISIBILITY_TIMEOUT = env_int("BULK_VISIBILITY_TIMEOUT", 3600, minimum=20)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": BULK_VISIBILITY_TIMEOUT}
+# Job tasks run for minutes: their own queue and worker (Procfile `bulk`), so they never hold
+# the slots the chat's periodic tasks need.
+CELERY_TASK_ROUTES = {"jobs.tasks.*": {"queue": "bulk"}}
 # Input limits, enforced before content is held in memory.
 BULK_MAX_UPLOAD_BYTES = env_int("BULK_MAX_UPLOAD_BYTES", 50 * 1024 * 1024, minimum=1)
 BULK_MAX_FILE_BYTES = env_int("BULK_MAX_FILE_BYTES", 10 * 1024 * 1024, minimum=1)

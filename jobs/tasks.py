@@ -23,6 +23,9 @@ from jobs import runner, services
 
 log = logging.getLogger(__name__)
 
+# settings.CELERY_TASK_ROUTES sends every task here to this queue.
+BULK_QUEUE = "bulk"
+
 # Set in the worker's main process before the pool forks, so every child of one
 # worker start shares it; a restarted worker gets a new one.
 _boot = {"id": uuid.uuid4().hex[:12], "hostname": ""}
@@ -40,6 +43,9 @@ def _on_worker_init(sender=None, **kwargs) -> None:
 
 @worker_ready.connect
 def _on_worker_ready(sender=None, **kwargs) -> None:
+    consumer = getattr(sender, "task_consumer", None)
+    if consumer is not None and not consumer.consuming_from(BULK_QUEUE):
+        return  # a worker for other queues never held a document
     hostname = getattr(sender, "hostname", None) or _boot["hostname"]
     jobs_recover.delay(hostname, _boot["id"])
 
