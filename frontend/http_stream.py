@@ -26,7 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import auser_for_request
 from apitokens.models import Scope
-from frontend import admission, services, streams
+from frontend import admission, selectors, services, streams
 from frontend.generation import Generation
 from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
 from frontend.redisconn import redis_client
@@ -139,6 +139,10 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
     prompt, conversation_id = _check_request(
         read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 + 1024)
     )
+    if conversation_id is not None and await database_sync_to_async(selectors.conversation_busy)(
+        user=user, conversation_id=conversation_id
+    ):
+        raise ApiError(409, "conversation_busy", "an answer is still being generated in this conversation")
     try:
         generation = await _start(user, prompt, conversation_id)
     except services.NotFound:

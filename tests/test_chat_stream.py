@@ -128,6 +128,15 @@ async def test_it_needs_a_session_with_csrf_or_a_token_with_the_chat_scope(alice
     assert (await client.get("/chat/stream")).status_code == 405
 
 
+async def test_it_answers_409_while_the_conversation_is_still_answering(alice, monkeypatch):
+    engine = use_engine(monkeypatch, FakeEngine(["no"]))
+    conversation = await Conversation.objects.acreate(owner=alice)
+    await Message.objects.acreate(conversation=conversation, role="assistant", status="generating")
+    response = await post({"prompt": "hi", "conversation": conversation.pk}, await token_headers(alice))
+    assert (response.status_code, json.loads(response.content)["error"]["code"]) == (409, "conversation_busy")
+    assert engine.requests == []
+
+
 async def test_it_answers_503_when_the_engine_is_unreachable_before_the_first_token(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine([], fail_with=EngineError("down", code="engine_unavailable")))
     response = await post({"prompt": "hi"}, await token_headers(alice))
