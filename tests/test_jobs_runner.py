@@ -43,6 +43,14 @@ async def chat_key():
     await r.aclose()
 
 
+async def until(predicate, seconds: float = 3.0) -> bool:
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
 def documents(n: int, words: int = 20) -> dict[str, str]:
     return {f"doc-{i}": " ".join(f"w{i}x{j}" for j in range(words)) for i in range(n)}
 
@@ -100,16 +108,15 @@ async def test_it_keeps_one_request_in_flight_while_chat_is_active(chat_key):
 
 async def test_it_preempts_newest_requests_when_chat_starts_and_they_do_not_lose_an_attempt(chat_key):
     job = await aqueued_job(documents(10))
-    engine = BulkFakeEngine(delay=0.3)
+    engine = BulkFakeEngine(delay=1.0)
     shaper = Shaper(maximum=6, minimum=6, while_chat=1, quiet_seconds=60)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
     )
-    await asyncio.sleep(0.15)
-    assert engine.active == 6
+    assert await until(lambda: engine.active == 6)
     await chat_key.set(CHAT_ACTIVE_KEY, 1)
-    await asyncio.sleep(0.1)
-    assert engine.active == 1 and engine.aborted == 5
+    assert await until(lambda: engine.active == 1)
+    assert engine.aborted == 5
     assert await run == "finished"
     attempts = [d.attempts async for d in Document.objects.filter(job=job)]
     assert attempts == [1] * 10
