@@ -291,9 +291,8 @@
     if (!message) return;
     Object.assign(message, fields);
     if (typeof frame.content === "string") message.content = frame.content;
-    const following_ = live && live.id === frame.message ? live : null;
-    if (following_) {
-      if (following_.firstTokenAt != null) message.stream_seconds = (performance.now() - following_.firstTokenAt) / 1000;
+    if (live && live.id === frame.message) {
+      if (live.firstTokenAt != null) message.stream_seconds = (performance.now() - live.firstTokenAt) / 1000;
       live = null;
     }
     refresh(frame.message);
