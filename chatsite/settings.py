@@ -4,6 +4,7 @@ environment through chatsite.env; docs/configuration.md lists them all."""
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from chatsite.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -225,3 +226,67 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": CHAT_STALE_AFTER_SECONDS / 2,
     },
 }
+
+# Security (production mode, cookies, CSP, login throttling).
+# docs/security.md explains each choice. Production mode is DEBUG off: it refuses to start
+# without a real secret key and an explicit host list, and turns on TLS-only cookies, HSTS
+# and the HTTPS redirect unless the environment says otherwise.
+_DEV_SECRET_KEY = "dev-only-insecure-key-change-me"
+if not DEBUG:
+    if SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured(
+            "DEBUG is off, so SECRET_KEY must be set to a random value of at least 50 characters "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+        )
+    if not env_list("ALLOWED_HOSTS", []):
+        raise ImproperlyConfigured(
+            "DEBUG is off, so ALLOWED_HOSTS must name the host names this site is served under "
+            "(comma-separated), e.g. ALLOWED_HOSTS=chat.example.com."
+        )
+# Cookies: the session cookie is HttpOnly (Django's default); the CSRF cookie is read by the
+# chat's script to send X-CSRFToken, so it cannot be HttpOnly (it guards nothing by being secret).
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = env_str("SESSION_COOKIE_SAMESITE", "Lax")
+CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE
+SECURE_COOKIES = env_bool("SECURE_COOKIES", not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_COOKIES
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Behind a TLS-terminating proxy, name the header it sets (e.g. X-Forwarded-Proto) so Django
+# knows a request came over HTTPS; only do so when the proxy overwrites that header.
+_PROXY_SSL_HEADER = env_str("SECURE_PROXY_SSL_HEADER", "")
+if _PROXY_SSL_HEADER:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_"), "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# Health checks and Prometheus scrapes come from inside the deployment, over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy on every response (django-csp): scripts and styles only from this
+# site's static files, no inline script or event handler, no plugins, no framing.
+INSTALLED_APPS += ["csp", "accounts"]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "csp.middleware.CSPMiddleware"
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+    }
+}
+# Login throttling (accounts/): failed attempts counted in Redis over a moving window.
+LOGIN_FAILURES_PER_USERNAME = env_int("LOGIN_FAILURES_PER_USERNAME", 5, minimum=1)
+LOGIN_FAILURES_PER_IP = env_int("LOGIN_FAILURES_PER_IP", 20, minimum=1)
+LOGIN_THROTTLE_SECONDS = env_int("LOGIN_THROTTLE_SECONDS", 300, minimum=1)
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
+    "accounts.throttle.LoginThrottleMiddleware",
+)

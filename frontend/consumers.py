@@ -186,8 +186,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         return message
 
     async def _refuse_if_busy(self, conversation_id: int) -> None:
+        # Only the user's own conversation can be busy: another's reads as missing, later.
         busy = await Message.objects.filter(
-            conversation_id=conversation_id, status=Message.Status.GENERATING
+            conversation_id=conversation_id, conversation__owner=self.user, status=Message.Status.GENERATING
         ).aexists()
         if busy:
             raise FrameError(

@@ -100,7 +100,7 @@ def test_it_redraws_the_charts_by_itself_in_a_browser(page, product_server, staf
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(product_server + "/monitoring/")
     page.wait_for_function(
-        "Number(document.getElementById('dashboard').dataset.updates || 0) >= 2", timeout=30000
+        "() => Number(document.getElementById('dashboard').dataset.updates || 0) >= 2", timeout=30000
     )
     assert page.locator("figure.chart canvas").count() >= 6
     assert "engine up" in page.locator("#status").inner_text()

@@ -1,0 +1,73 @@
+"""Login attempts are throttled per username and per client address, in the real Redis."""
+
+import secrets
+
+import pytest
+from django.contrib.auth import get_user_model
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def small_limits(settings):
+    settings.LOGIN_FAILURES_PER_USERNAME = 3
+    settings.LOGIN_FAILURES_PER_IP = 5
+    settings.LOGIN_THROTTLE_SECONDS = 60
+
+
+def fresh_address() -> str:
+    return "10.{}.{}.{}".format(*secrets.token_bytes(3))
+
+
+def fresh_user(password: str = "pw-right-12345"):
+    return get_user_model().objects.create_user(f"u-{secrets.token_hex(4)}", password=password)
+
+
+def log_in(client, username: str, password: str, address: str, path: str = "/accounts/login/"):
+    return client.post(path, {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def test_it_refuses_even_the_right_password_after_too_many_failures_for_a_username(client):
+    user = fresh_user()
+    for _ in range(3):
+        assert log_in(client, user.username, "wrong", fresh_address()).status_code == 200
+    refused = log_in(client, user.username, "pw-right-12345", fresh_address())
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert b"Too many failed login attempts" in refused.content
+    assert "_auth_user_id" not in client.session
+    # The username is spelled in another case: still the same account's count.
+    assert log_in(client, user.username.upper(), "pw-right-12345", fresh_address()).status_code == 429
+
+
+def test_it_refuses_an_address_that_guesses_at_many_usernames(client):
+    address = fresh_address()
+    for _ in range(5):
+        assert log_in(client, f"nobody-{secrets.token_hex(4)}", "guess", address).status_code == 200
+    victim = fresh_user()
+    assert log_in(client, victim.username, "pw-right-12345", address).status_code == 429
+    # Someone else, from their own address, is not affected.
+    assert log_in(client, victim.username, "pw-right-12345", fresh_address()).status_code == 302
+
+
+def test_it_throttles_the_admin_login_too(client):
+    staff = fresh_user()
+    staff.is_staff = True
+    staff.save()
+    for _ in range(3):
+        assert log_in(client, staff.username, "wrong", fresh_address(), "/admin/login/").status_code == 200
+    response = log_in(client, staff.username, "pw-right-12345", fresh_address(), "/admin/login/")
+    assert response.status_code == 429
+    # The count is per username across both forms.
+    assert log_in(client, staff.username, "pw-right-12345", fresh_address()).status_code == 429
+
+
+def test_it_forgets_a_usernames_failures_once_it_logs_in(client):
+    user = fresh_user()
+    for _ in range(2):
+        log_in(client, user.username, "wrong", fresh_address())
+    assert log_in(client, user.username, "pw-right-12345", fresh_address()).status_code == 302
+    client.post("/accounts/logout/")
+    for _ in range(2):
+        assert log_in(client, user.username, "wrong", fresh_address()).status_code == 200
+    assert log_in(client, user.username, "pw-right-12345", fresh_address()).status_code == 302

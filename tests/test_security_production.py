@@ -1,0 +1,124 @@
+"""Production mode (DEBUG off): it refuses to start half-configured, passes `check --deploy`,
+sends TLS-only cookies, and refuses foreign-Origin WebSockets like the default configuration."""
+
+import os
+import subprocess
+import sys
+from http.cookies import SimpleCookie
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from websockets.exceptions import InvalidStatus
+
+from tests.chat_client import open_chat, receive, send
+from tests.conftest import ROOT, running_daphne
+
+PRODUCTION_KEY = "k3y-for-tests-only-" + "x7Qp2Lm9Zr4Vt8Nw1Bc6Hj5Fd0Sg3Ka" * 2
+PRODUCTION = {"DEBUG": "false", "SECRET_KEY": PRODUCTION_KEY, "ALLOWED_HOSTS": "chat.example.com"}
+SETTINGS_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT", "SECURE_COOKIES")
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in SETTINGS_VARIABLES}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_it_reports_nothing_on_check_deploy_with_the_production_environment():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_it_warns_on_check_deploy_in_the_development_defaults():
+    # The contrast that shows the check is real: the default (DEBUG on) configuration is not deployable.
+    result = manage("check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode != 0
+    assert "security.W018" in result.stderr  # DEBUG on
+
+
+@pytest.mark.parametrize(
+    "missing, message",
+    [
+        ({"SECRET_KEY": None}, "SECRET_KEY must be set to a random value"),
+        ({"SECRET_KEY": "short-secret"}, "SECRET_KEY must be set to a random value"),
+        ({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name the host names"),
+        ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name the host names"),
+    ],
+)
+def test_it_refuses_to_start_without_a_real_secret_key_and_allowed_hosts(tmp_path, missing, message):
+    data_dir = tmp_path / "data"
+    env = {**PRODUCTION, "DATA_DIR": str(data_dir), **missing}
+    result = manage("check", **{k: v for k, v in env.items() if v is not None})
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr
+    # Refused while the settings load: nothing was created.
+    assert not data_dir.exists()
+
+
+def test_it_starts_with_debug_on_and_no_secret_key():
+    result = manage("check")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture
+def production_daphne(django_db_setup):
+    env = {**PRODUCTION, "ALLOWED_HOSTS": "127.0.0.1", "SECURE_SSL_REDIRECT": "false"}
+    env["SECURE_PROXY_SSL_HEADER"] = "X-Forwarded-Proto"
+    # No engine: nothing here generates an answer.
+    with running_daphne("http://127.0.0.1:9", **env) as server:
+        yield server.url
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_refuses_a_foreign_origin_websocket_in_production_mode(production_daphne, settings):
+    # The session is signed with the production server's key, so it is valid there.
+    settings.SECRET_KEY = PRODUCTION_KEY
+    user = get_user_model().objects.create_user("prod-alice", password="pw-prod-alice-1")
+    ws_url = production_daphne.replace("http://", "ws://") + "/ws/chat/"
+    with pytest.raises(InvalidStatus) as refused:
+        open_chat(ws_url, "http://evil.example", user)
+    assert refused.value.response.status_code == 403
+    with pytest.raises(InvalidStatus) as refused:
+        open_chat(ws_url, "https://127.0.0.1.evil.example", user)
+    assert refused.value.response.status_code == 403
+    # The same cookie from the site's own origin is accepted: the Origin alone made the difference.
+    with open_chat(ws_url, production_daphne, user) as ws:
+        send(ws, {"type": "chat.stop", "message": 999999999})
+        assert receive(ws, timeout=10)["code"] == "not_found"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_secure_httponly_samesite_cookies_behind_tls(production_daphne):
+    get_user_model().objects.create_user("prod-bob", password="pw-prod-bob-12")
+    https = {"X-Forwarded-Proto": "https"}
+    with httpx.Client(base_url=production_daphne, headers=https) as client:
+        form = client.get("/accounts/login/")
+        assert form.status_code == 200
+        hsts = form.headers["Strict-Transport-Security"]
+        assert "max-age=31536000" in hsts and "includeSubDomains" in hsts and "preload" in hsts
+        csrf = SimpleCookie(form.headers["Set-Cookie"])["csrftoken"]
+        assert csrf["secure"] and csrf["samesite"] == "Lax"
+        token = csrf.value
+        login = client.post(
+            "/accounts/login/",
+            data={"username": "prod-bob", "password": "pw-prod-bob-12", "csrfmiddlewaretoken": token},
+            headers={
+                "Origin": production_daphne.replace("http://", "https://"),
+                "Cookie": f"csrftoken={token}",
+            },
+        )
+        assert login.status_code == 302, login.text[:500]
+        cookies = SimpleCookie()
+        for header in login.headers.get_list("Set-Cookie"):
+            cookies.load(header)
+        session = cookies["sessionid"]
+        assert session["secure"] and session["httponly"] and session["samesite"] == "Lax"

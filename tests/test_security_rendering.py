@@ -1,0 +1,308 @@
+"""No text from the model, a user or a document ever runs in the browser, and every page sends a
+Content-Security-Policy without 'unsafe-inline' scripts.
+
+Model output comes from a tiny local server that speaks the OpenAI streaming protocol (the
+product server runs in its own process, so this is how its answers are scripted); it streams the
+payload corpus a few characters at a time, so payloads arrive split across tokens. The same
+corpus is typed by the user, becomes conversation titles, search results and the names, summaries
+and errors of a bulk job in the admin. Sanitizing must catch all of it: the test also requires
+that the browser reported no CSP violation, i.e. the policy never had to step in.
+"""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from jobs import services as job_services
+from jobs.ingest import DocumentInput
+from jobs.models import Document, Job, Result
+from tests.conftest import running_daphne
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Each payload, if it ever ran, would set window.__owned to its number.
+PAYLOADS = [
+    "<script>window.__owned=1</script>",
+    '<img src=x onerror="window.__owned=2">',
+    "<svg onload=window.__owned=3>",
+    "<svg><script>window.__owned=4</script></svg>",
+    '<a href="javascript:window.__owned=5">link</a>',
+    "[md link](javascript:window.__owned=6)",
+    "[md link](JaVaScRiPt&#58;window.__owned=7)",
+    '![md image](x.png" onerror="window.__owned=8)',
+    "![md image](javascript:window.__owned=9)",
+    "[data link](data:text/html;base64,PHNjcmlwdD53aW5kb3cuX19vd25lZD0xMDwvc2NyaXB0Pg==)",
+    '<iframe src="data:text/html,<script>parent.__owned=11</script>"></iframe>',
+    '<iframe srcdoc="<script>parent.__owned=12</script>"></iframe>',
+    '<details open ontoggle="window.__owned=13">x</details>',
+    '<input autofocus onfocus="window.__owned=14">',
+    "<math><mtext><table><mglyph><style><img src=x onerror=window.__owned=15></style></mglyph>"
+    "</table></mtext></math>",
+    '<object data="javascript:window.__owned=16"></object>',
+    '<a href="jav&#x09;ascript:window.__owned=17">tab</a>',
+    '<form action="javascript:window.__owned=18"><button>go</button></form>',
+    '<meta http-equiv="refresh" content="0;url=javascript:window.__owned=19">',
+    '"><img src=x onerror=window.__owned=20>',
+    "</title><script>window.__owned=21</script>",
+    "`code` <b onmouseover=window.__owned=22>bold</b>",
+]
+CORPUS = "\n\n".join(PAYLOADS)
+
+SAFE_DOM = """(root) => {
+    const bad = [];
+    for (const el of root.querySelectorAll('*')) {
+        const tag = el.tagName.toUpperCase();
+        const forbidden = ['SCRIPT', 'IMG', 'IFRAME', 'SVG', 'MATH', 'DETAILS', 'OBJECT', 'EMBED', 'FORM',
+                           'META', 'BASE', 'INPUT', 'STYLE'];
+        if (forbidden.includes(tag) && !el.closest('[data-trusted]')) bad.push(tag);
+        for (const attr of el.attributes) {
+            if (/^on/i.test(attr.name) || attr.name === 'srcdoc') bad.push(tag + ' ' + attr.name);
+        }
+        for (const name of ['href', 'src', 'action', 'formaction', 'data']) {
+            const value = (el.getAttribute(name) || '').trim();
+            if (value && /^(javascript|data|vbscript):/i.test(value.replace(/[\\s\\u0000-\\u001f]/g, ''))) {
+                bad.push(tag + ' ' + name + '=' + value);
+            }
+        }
+    }
+    return bad;
+}"""
+
+# The admin's own pages hold forms, inputs, filters (details), icons and script files; none may come
+# from a document, and none carries an event handler or a script URL.
+ADMIN_SAFE_DOM = """(root) => {
+    const bad = [];
+    for (const el of root.querySelectorAll('*')) {
+        const tag = el.tagName.toUpperCase();
+        const foreign = ['SVG', 'MATH', 'IFRAME', 'OBJECT', 'EMBED', 'META', 'BASE', 'STYLE'];
+        if (foreign.includes(tag)) bad.push(tag);
+        if (tag === 'SCRIPT' && !el.src) bad.push('inline script');
+        if (tag === 'IMG' && !el.getAttribute('src').startsWith('/static/')) bad.push('img ' + el.src);
+        for (const attr of el.attributes) {
+            if (/^on/i.test(attr.name) || attr.name === 'srcdoc') bad.push(tag + ' ' + attr.name);
+            if (/^(javascript|data|vbscript):/i.test(attr.value.replace(/[\\s\\u0000-\\u001f]/g, ''))) {
+                bad.push(tag + ' ' + attr.name + '=' + attr.value);
+            }
+        }
+    }
+    return bad;
+}"""
+
+WATCH = """
+window.__violations = [];
+document.addEventListener('securitypolicyviolation', (e) => {
+    window.__violations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`);
+});
+"""
+
+
+class _OpenAIStreaming(BaseHTTPRequestHandler):
+    """Just enough of vLLM's OpenAI server: health, tokenize, and a streamed chat completion."""
+
+    chunk = 3
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, body: dict, status: int = 200) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/metrics":
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self._json({})
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path.endswith("/tokenize"):
+            self._json({"count": 50, "tokens": list(range(50)), "max_model_len": 4096})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+        def event(delta: dict, finish: str | None = None, usage: dict | None = None) -> None:
+            body = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": request["model"],
+                "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "usage": usage,
+            }
+            self.wfile.write(f"data: {json.dumps(body)}\n\n".encode())
+            self.wfile.flush()
+
+        event({"role": "assistant", "content": ""})
+        for start in range(0, len(CORPUS), self.chunk):
+            event({"content": CORPUS[start : start + self.chunk]})
+        event({}, finish="stop")
+        event({}, usage={"prompt_tokens": 50, "completion_tokens": 300, "total_tokens": 350})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+
+
+@pytest.fixture(scope="module")
+def scripted_engine():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIStreaming)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def site(django_db_setup, django_db_blocker, scripted_engine):
+    with running_daphne(scripted_engine) as server:
+        yield server.url
+
+
+def assert_strict_csp(headers: dict) -> None:
+    policy = headers.get("content-security-policy", "")
+    directives = {d.split()[0]: d.split()[1:] for d in policy.split(";") if d.strip()}
+    assert directives.get("script-src") == ["'self'"], policy
+    assert "'unsafe-inline'" not in policy and "'unsafe-eval'" not in policy, policy
+    assert directives.get("object-src") == ["'none'"] and directives.get("frame-ancestors") == ["'none'"]
+
+
+@pytest.fixture
+def watched(browser):
+    """A page that records CSP violations and the CSP header of every document it loads."""
+    context = browser.new_context(viewport={"width": 1200, "height": 800})
+    context.add_init_script(WATCH)
+    page = context.new_page()
+    page.documents = []
+    page.on(
+        "response",
+        lambda r: (
+            page.documents.append((r.url, r.all_headers())) if r.request.resource_type == "document" else None
+        ),
+    )
+    yield page
+    context.close()
+
+
+def assert_safe_chat(page) -> None:
+    """Where text from users and the model is rendered: messages, the list, the title."""
+    for root in ("#messages", "#conversation-list", "#chat-title"):
+        assert page.eval_on_selector(root, SAFE_DOM) == [], root
+
+
+def assert_nothing_ran(page) -> None:
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.__owned") is None
+    assert page.evaluate("window.__violations") == []
+    for url, headers in page.documents:
+        assert_strict_csp(headers), url
+
+
+def log_in(page, base: str, username: str, password: str, path: str = "/accounts/login/") -> None:
+    page.goto(base + path)
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("[type=submit]")
+    page.wait_for_load_state()
+
+
+def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watched, site):
+    page = watched
+    get_user_model().objects.create_user("eve", password="pw-eve-123456")
+    log_in(page, site, "eve", "pw-eve-123456")
+    page.wait_for_selector("#prompt")
+
+    # User input, and through its first line the conversation's title; the answer is the corpus.
+    page.fill("#prompt", CORPUS)
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".message.assistant.generating", timeout=30_000)
+    page.wait_for_selector(".message.assistant.generating", state="detached", timeout=60_000)
+    assert page.locator(".message.user .body").first.inner_text() == CORPUS
+    assert_safe_chat(page)
+    assert page.locator("#conversation-list .conv-link").first.inner_text().startswith("<script>")
+    assert_nothing_ran(page)
+
+    # Rename to a payload in the sidebar.
+    row = page.locator("#conversation-list .conv").first
+    row.hover()
+    row.locator(".conv-rename").click()
+    page.fill(".conv-title-input", PAYLOADS[2])
+    with page.expect_response("**/rename"):
+        page.keyboard.press("Enter")
+    assert row.locator(".conv-link").inner_text() == PAYLOADS[2]
+
+    # Search results are rendered from the store API's JSON.
+    page.fill("#search", "owned")
+    # A function, not an expression string: the policy forbids eval, which Playwright uses for strings.
+    page.wait_for_function(
+        "() => document.querySelector('#conversation-list').classList.contains('searching')"
+    )
+    assert page.locator("#conversation-list .conv-link").first.inner_text() == PAYLOADS[2]
+    assert_safe_chat(page)
+    assert_nothing_ran(page)
+
+    # Reloaded: the stored conversation is rendered from the page's JSON data and the template.
+    conversation_id = row.get_attribute("data-id")
+    page.goto(f"{site}/c/{conversation_id}/")
+    page.wait_for_selector(".message.assistant .body")
+    assert page.title() == PAYLOADS[2] + " · Chat"
+    assert page.locator("#chat-title").inner_text() == PAYLOADS[2]
+    answer = page.locator(".message.assistant .body").first.inner_text()
+    assert "window.__owned=1" in answer  # the script's text is shown as text
+    assert_safe_chat(page)
+    assert_nothing_ran(page)
+    assert len(page.documents) >= 3
+
+
+def test_it_runs_no_payload_from_documents_in_the_admins_job_views(watched, site):
+    page = watched
+    staff = get_user_model().objects.create_superuser("jobstaff", password="pw-jobstaff-1234")
+    job = job_services.job_create(
+        owner=staff,
+        documents=[DocumentInput(payload, "Some text.") for payload in PAYLOADS[:12]],
+        name=PAYLOADS[1],
+        start=False,
+    )
+    for document, payload in zip(job.documents.order_by("pk"), reversed(PAYLOADS), strict=False):
+        if document.pk % 2:
+            Document.objects.filter(pk=document.pk).update(status="failed", error=payload)
+        else:
+            Document.objects.filter(pk=document.pk).update(status="done")
+            Result.objects.create(
+                job=job,
+                document=document,
+                summary=payload,
+                document_tokens=1,
+                prompt_tokens=1,
+                completion_tokens=1,
+            )
+    Job.objects.filter(pk=job.pk).update(instruction=PAYLOADS[4])
+    log_in(page, site, "jobstaff", "pw-jobstaff-1234", "/admin/login/")
+    for path in ("/admin/jobs/job/", f"/admin/jobs/job/{job.pk}/change/", "/admin/jobs/job/add/"):
+        page.goto(site + path)
+        page.wait_for_load_state("networkidle")
+        assert page.eval_on_selector("#content", ADMIN_SAFE_DOM) == [], path
+    page.goto(f"{site}/admin/jobs/job/{job.pk}/change/")
+    assert PAYLOADS[0] in page.locator("#content").inner_text()
+    page.wait_for_timeout(2500)  # a poll of the live progress has run
+    assert_nothing_ran(page)
+
+    # The staff dashboard, the admin index and the login form send the policy too.
+    for path in ("/monitoring/", "/admin/", "/"):
+        page.goto(site + path)
+        page.wait_for_load_state("networkidle")
+    assert_nothing_ran(page)
+    paths = {url.removeprefix(site).split("?")[0] for url, _ in page.documents}
+    assert {"/admin/login/", "/admin/jobs/job/", "/monitoring/", "/admin/", "/"} <= paths
