@@ -1,0 +1,53 @@
+"""Bulk-job uploads: only staff submit, and count limits hold before anything is stored.
+(Sizes and zip expansion: tests/test_jobs_ingest.py and tests/test_jobs_api.py.)"""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from apitokens.services import token_issue
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff():
+    return get_user_model().objects.create_user("ops", password="pw-ops-123456", is_staff=True)
+
+
+def bearer(user) -> dict:
+    _, plain = token_issue(user=user, scopes=["jobs.submit"])
+    return {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
+
+
+def test_it_refuses_more_files_than_documents_allowed_before_storing_any(client, staff, settings):
+    settings.BULK_MAX_DOCUMENTS = settings.DATA_UPLOAD_MAX_NUMBER_FILES = 3
+    files = [SimpleUploadedFile(f"{i}.txt", b"Some text.") for i in range(4)]
+    response = client.post("/api/jobs/", {"files": files}, **bearer(staff))
+    assert response.status_code == 400
+    assert Job.objects.count() == 0
+
+
+def test_it_refuses_more_json_records_than_documents_allowed(client, staff, settings):
+    settings.BULK_MAX_DOCUMENTS = 3
+    documents = [{"id": str(i), "text": "Some text."} for i in range(4)]
+    response = client.post(
+        "/api/jobs/", json.dumps({"documents": documents}), content_type="application/json", **bearer(staff)
+    )
+    assert response.status_code == 400
+    assert Job.objects.count() == 0
+
+
+def test_it_lets_only_staff_with_the_add_permission_submit_in_the_admin(client, staff):
+    upload = {"files": [SimpleUploadedFile("a.txt", b"Some text.")], "preset": "paragraph"}
+    plain = get_user_model().objects.create_user("plain", password="pw-plain-12345")
+    client.force_login(plain)
+    response = client.post("/admin/jobs/job/add/", {**upload, "max_summary_tokens": "64"})
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    client.force_login(staff)  # staff, but without the jobs permissions
+    upload["files"] = [SimpleUploadedFile("a.txt", b"Some text.")]
+    assert client.post("/admin/jobs/job/add/", {**upload, "max_summary_tokens": "64"}).status_code == 403
+    assert Job.objects.count() == 0
