@@ -13,6 +13,7 @@ import hashlib
 import time
 from functools import cache
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
@@ -79,25 +80,39 @@ def _login_paths() -> frozenset[str]:
 
 
 class LoginThrottleMiddleware:
-    """Refuse a login POST with 429 while its username or address is throttled."""
+    """Refuse a login POST with 429 while its username or address is throttled.
+
+    Sync and async capable, like the rest of the stack, so the async chat views are not
+    pushed through a thread by it."""
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method == "POST" and request.path_info in _login_paths():
-            wait = retry_after(username=request.POST.get("username", ""), address=client_address(request))
-            if wait:
-                minutes = max(1, round(wait / 60))
-                response = TemplateResponse(
-                    request,
-                    "accounts/throttled.html",
-                    {"minutes": minutes, "login_url": request.path_info},
-                    status=429,
-                )
-                response["Retry-After"] = str(int(wait) + 1)
-                return response.render()
-        return self.get_response(request)
+    def __call__(self, request: HttpRequest):
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        return self._refusal(request) or self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        refusal = await sync_to_async(self._refusal)(request)
+        return refusal or await self.get_response(request)
+
+    @staticmethod
+    def _refusal(request: HttpRequest) -> HttpResponse | None:
+        if request.method != "POST" or request.path_info not in _login_paths():
+            return None
+        wait = retry_after(username=request.POST.get("username", ""), address=client_address(request))
+        if not wait:
+            return None
+        context = {"minutes": max(1, round(wait / 60)), "login_url": request.path_info}
+        response = TemplateResponse(request, "accounts/throttled.html", context, status=429)
+        response["Retry-After"] = str(int(wait) + 1)
+        return response.render()
 
 
 @receiver(user_login_failed)

@@ -3,6 +3,7 @@
 import secrets
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 pytestmark = pytest.mark.django_db
@@ -71,3 +72,14 @@ def test_it_forgets_a_usernames_failures_once_it_logs_in(client):
     for _ in range(2):
         assert log_in(client, user.username, "wrong", fresh_address()).status_code == 200
     assert log_in(client, user.username, "pw-right-12345", fresh_address()).status_code == 302
+
+
+async def test_it_throttles_requests_served_asynchronously(async_client, settings):
+    # The test ASGI client always comes from 127.0.0.1: only the username's count is under test here.
+    settings.LOGIN_FAILURES_PER_IP = 1000
+    user = await sync_to_async(fresh_user)()
+    wrong = {"username": user.username, "password": "wrong"}
+    for _ in range(3):
+        assert (await async_client.post("/accounts/login/", wrong)).status_code == 200
+    right = {"username": user.username, "password": "pw-right-12345"}
+    assert (await async_client.post("/accounts/login/", right)).status_code == 429
