@@ -17,7 +17,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from frontend import admission, selectors, services, streams
-from frontend.generation import RUNNING, Generation
+from frontend.generation import RUNNING, answer_start
 from frontend.models import Message
 from frontend.redisconn import redis_client
 from inference.engine import engine_client
@@ -198,10 +198,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             )
 
     async def _start_answer(self, start_turn, **arguments) -> None:
-        """Admit, store the turn, announce it, start generating, and follow the answer."""
-        r = redis_client()
+        """Start an answer (frontend.generation.answer_start), announce it, and follow it."""
         try:
-            lease = await admission.admit(r, user_id=self.user.pk)
+            generation = await answer_start(
+                user=self.user, engine=engine_client(), start_turn=start_turn, **arguments
+            )
         except admission.Busy as exc:
             metrics.admission_refused(exc.reason)
             raise FrameError(
@@ -210,15 +211,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 reason=exc.reason,
                 retry_after=round(exc.retry_after, 1),
             ) from None
-        try:
-            turn = await database_sync_to_async(start_turn)(user=self.user, **arguments)
-        except BaseException as exc:
-            await admission.release(r, lease)
-            if isinstance(exc, services.NotFound):
-                raise FrameError("not_found", "no such conversation or message") from None
-            if isinstance(exc, services.Refused):
-                raise FrameError(exc.code, exc.detail) from None
-            raise
+        except services.NotFound:
+            raise FrameError("not_found", "no such conversation or message") from None
+        except services.Refused as exc:
+            raise FrameError(exc.code, exc.detail) from None
+        turn = generation.turn
         await self.send_json(
             {
                 "type": "chat.started",
@@ -227,7 +224,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 "user_message": turn.user_message_id,
             }
         )
-        Generation(turn, user_id=self.user.pk, engine=engine_client(), lease=lease).start()
         self._follow(turn.assistant_message_id, after=-1)
 
     def _follow(self, message_id: int, after: int) -> None:

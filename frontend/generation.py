@@ -13,9 +13,11 @@ While it runs, a heartbeat key says the answer is alive; the sweeper
 """
 
 import asyncio
+import contextvars
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from contextlib import aclosing
 
 import redis.asyncio as aioredis
@@ -123,18 +125,22 @@ class Generation:
         )
         metrics.generation_started()
         r = redis_client()
-        watcher = asyncio.create_task(self._watch(r))
+        self._watcher = asyncio.create_task(self._watch(r))
         try:
             await self._generate(r)
         finally:
             metrics.generation_ended()
-            watcher.cancel()
-            try:
-                await r.delete(alive_key(self.message_id))
-                if self._lease is not None:
-                    await admission.release(r, self._lease)
-            except RedisError:
-                log.warning("answer %s: could not release its slot; its lease expires", self.message_id)
+            await self._release(r)
+
+    async def _release(self, r: aioredis.Redis) -> None:
+        """Give back the answer's slot and heartbeat; idempotent."""
+        self._watcher.cancel()
+        try:
+            await r.delete(alive_key(self.message_id))
+            if self._lease is not None:
+                await admission.release(r, self._lease)
+        except RedisError:
+            log.warning("answer %s: could not release its slot; its lease expires", self.message_id)
 
     async def _watch(self, r: aioredis.Redis) -> None:
         """Keep the heartbeat and the admission lease fresh; obey stops from other processes."""
@@ -178,7 +184,6 @@ class Generation:
             return deadline
 
         try:
-            await streams.open_stream(r, self.message_id)
             prompt = await assemble(
                 self.turn.system_prompt,
                 self.turn.history,
@@ -291,6 +296,8 @@ class Generation:
         }
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
+        # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
+        await self._release(r)
         try:
             await self._publish(r, frame)
         except RedisError:
@@ -306,3 +313,28 @@ class Generation:
         await database_sync_to_async(services.message_finish)(
             message_id=self.message_id, content="".join(self._parts), **fields
         )
+
+
+async def answer_start(
+    *, user, engine: EngineClient, start_turn: Callable[..., services.Turn], **arguments
+) -> Generation:
+    """Admit an answer, store its turn, open its stream and start generating it.
+
+    The one way an answer begins, for the WebSocket and the HTTP stream alike.
+    Raises admission.Busy (nothing stored), and whatever `start_turn` raises
+    (services.NotFound, services.Refused) after giving the slot back.
+    """
+    r = redis_client()
+    lease = await admission.admit(r, user_id=user.pk)
+    try:
+        turn = await database_sync_to_async(start_turn)(user=user, **arguments)
+    except BaseException:
+        await admission.release(r, lease)
+        raise
+    # Opened before anyone follows it: a leftover stream under a reused id is replaced first.
+    await streams.open_stream(r, turn.assistant_message_id)
+    generation = Generation(turn, user_id=user.pk, engine=engine, lease=lease)
+    # A fresh context: code started from a view would otherwise send its ORM calls to
+    # a thread of that view's call, which is gone once the view returns.
+    contextvars.Context().run(generation.start)
+    return generation

@@ -15,7 +15,6 @@ later ones arrive as a `data: {"error": {...}}` event before `[DONE]`.
 """
 
 import asyncio
-import contextvars
 import json
 from collections.abc import AsyncIterator
 
@@ -27,7 +26,7 @@ from django.views.decorators.csrf import csrf_exempt
 from apitokens.auth import auser_for_request
 from apitokens.models import Scope
 from frontend import admission, selectors, services, streams
-from frontend.generation import Generation
+from frontend.generation import Generation, answer_start
 from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
 from frontend.redisconn import redis_client
 from inference.engine import engine_client
@@ -98,9 +97,14 @@ async def _events(first: dict, frames: AsyncIterator[dict], generation: Generati
 
 
 async def _start(user, prompt: str, conversation_id: int | None) -> Generation:
-    r = redis_client()
     try:
-        lease = await admission.admit(r, user_id=user.pk)
+        return await answer_start(
+            user=user,
+            engine=engine_client(),
+            start_turn=services.chat_turn_start,
+            conversation_id=conversation_id,
+            content=prompt,
+        )
     except admission.Busy as exc:
         metrics.admission_refused(exc.reason)
         raise ApiError(
@@ -109,20 +113,6 @@ async def _start(user, prompt: str, conversation_id: int | None) -> Generation:
             "Too many answers at once; try again shortly.",
             {"Retry-After": str(round(exc.retry_after))},
         ) from None
-    try:
-        turn = await database_sync_to_async(services.chat_turn_start)(
-            user=user, conversation_id=conversation_id, content=prompt
-        )
-    except BaseException:
-        await admission.release(r, lease)
-        raise
-    # The message is new, so a stream under its id is a leftover of a reset store: not its tokens.
-    await r.delete(streams.stream_key(turn.assistant_message_id))
-    generation = Generation(turn, user_id=user.pk, engine=engine_client(), lease=lease)
-    # Not in this request's context: the ORM calls of code started in a view go to a
-    # thread of that view's call, which is gone once it returns its streaming response.
-    contextvars.Context().run(generation.start)
-    return generation
 
 
 @csrf_exempt
