@@ -149,7 +149,7 @@ class EngineProcess:
             f"The engine did not become healthy within {timeout:.0f}s. Last output:\n" + "\n".join(self._tail)
         )
 
-    def stop(self, grace: float = 4.0) -> None:
+    def stop(self, grace: float = 3.0) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         pgid = os.getpgid(self.process.pid)
