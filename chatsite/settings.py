@@ -247,6 +247,8 @@ if not DEBUG:
 # chat's script to send X-CSRFToken, so it cannot be HttpOnly (it guards nothing by being secret).
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = env_str("SESSION_COOKIE_SAMESITE", "Lax")
+if SESSION_COOKIE_SAMESITE not in ("Lax", "Strict"):
+    raise ImproperlyConfigured(f"SESSION_COOKIE_SAMESITE={SESSION_COOKIE_SAMESITE!r}: expected Lax or Strict")
 CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE
 SECURE_COOKIES = env_bool("SECURE_COOKIES", not DEBUG)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_COOKIES

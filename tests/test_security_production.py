@@ -59,9 +59,10 @@ def test_it_warns_on_check_deploy_in_the_development_defaults():
         ({"SECRET_KEY": "short-secret"}, "SECRET_KEY must be set to a random value"),
         ({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name the host names"),
         ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name the host names"),
+        ({"SESSION_COOKIE_SAMESITE": "None"}, "SESSION_COOKIE_SAMESITE='None': expected Lax or Strict"),
     ],
 )
-def test_it_refuses_to_start_without_a_real_secret_key_and_allowed_hosts(tmp_path, missing, message):
+def test_it_refuses_to_start_half_configured(tmp_path, missing, message):
     data_dir = tmp_path / "data"
     env = {**PRODUCTION, "DATA_DIR": str(data_dir), **missing}
     result = manage("check", **{k: v for k, v in env.items() if v is not None})
