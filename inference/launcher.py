@@ -99,6 +99,7 @@ class EngineProcess:
         self._output = output
         self._tail: deque[str] = deque(maxlen=40)
         self.process: subprocess.Popen | None = None
+        self._pump_thread: Thread | None = None
 
     def start(self) -> None:
         if self.config.model and not Path(self.config.model).exists() and "/" not in self.config.model:
@@ -116,7 +117,8 @@ class EngineProcess:
             # Its own process group, so stopping it also stops the engine's worker processes.
             start_new_session=True,
         )
-        Thread(target=self._pump, daemon=True).start()
+        self._pump_thread = Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
 
     def _pump(self) -> None:
         assert self.process is not None and self.process.stdout is not None
@@ -134,6 +136,7 @@ class EngineProcess:
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
+                self._drain()
                 raise EngineStartError(
                     f"The engine exited with status {code} while starting. Last output:\n"
                     + "\n".join(self._tail)
@@ -149,13 +152,21 @@ class EngineProcess:
             f"The engine did not become healthy within {timeout:.0f}s. Last output:\n" + "\n".join(self._tail)
         )
 
+    def _drain(self) -> None:
+        """Wait until the output of an exited engine has been read to its end."""
+        if self._pump_thread is not None:
+            self._pump_thread.join(timeout=10)
+
     def stop(self, grace: float = 3.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """Stop the engine and its workers; on return its output has all been written."""
+        if self.process is None:
             return
-        pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.process.wait()
+        if self.process.poll() is None:
+            pgid = os.getpgid(self.process.pid)
+            os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(pgid, signal.SIGKILL)
+                self.process.wait()
+        self._drain()
