@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.bench_knee import defaults  # noqa: E402
 from bench.results import RESULTS, ROOT  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -259,11 +260,17 @@ def knee_section(result: dict, folder: Path) -> str:
         ]
         for r in rows
     ]  # fmt: skip
-    decisions = [
-        f"- `{name}`: shipped {shipped[name]}, chosen {chosen[name]}"
-        + (" — the same." if shipped[name] == chosen[name] else " — **differs**.")
-        for name in names
-    ]
+    now = defaults()
+
+    def decision(name: str) -> str:
+        line = f"- `{name}`: shipped during the run {shipped[name]}, chosen {chosen[name]}"
+        if shipped[name] == chosen[name]:
+            return line + " — the same."
+        if now[name] == chosen[name]:
+            return line + " — changed: `chatsite/settings.py` now ships the chosen value."
+        return line + " — **differs from what `chatsite/settings.py` ships**."
+
+    decisions = [decision(name) for name in names]
     return "\n\n".join(
         [
             "## 4. Knee of the curve: choosing the engine defaults",
