@@ -54,7 +54,7 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Benchmarks (bench/, docs/benchmarks.md): about 30 minutes on a 2-core CPU host; QUICK=1 for about 12.
+# Benchmarks (bench/, docs/benchmarks.md): about 45 minutes on a 2-core CPU host; QUICK=1 for about 25.
 BENCH_FLAGS := $(if $(QUICK),--quick)
 bench: prepare
 	$(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS)
