@@ -219,6 +219,11 @@ CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
 CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
 CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
 CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)
+if CHAT_STREAM_TTL_SECONDS <= CHAT_TOTAL_TIMEOUT:
+    raise ImproperlyConfigured(
+        f"CHAT_STREAM_TTL_SECONDS={CHAT_STREAM_TTL_SECONDS} must exceed "
+        f"CHAT_TOTAL_TIMEOUT={CHAT_TOTAL_TIMEOUT:g}: a stream must outlive the longest answer"
+    )
 CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 10.0, minimum=0.1)
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-answers": {

@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
+from inference.engine import engine_client
+
 
 def _database() -> str:
     try:
@@ -35,4 +37,12 @@ def _engine() -> str:
 def healthz(request: HttpRequest) -> JsonResponse:
     checks = {"database": _database(), "redis": _redis(), "engine": _engine()}
     healthy = all(state == "ok" for state in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "degraded", **checks}, status=200 if healthy else 503)
+    return JsonResponse(
+        {
+            "status": "ok" if healthy else "degraded",
+            **checks,
+            # This process's view of the engine (docs/resilience.md); informative, not a check.
+            "engine_circuit": engine_client().breaker.state,
+        },
+        status=200 if healthy else 503,
+    )

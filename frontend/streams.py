@@ -38,29 +38,38 @@ def _entry_id(position: int) -> str:
 async def open_stream(r: aioredis.Redis, message_id: int) -> None:
     """Create the stream with its marker, so readers can tell a started answer from a lost one.
 
-    A leftover stream under the same id (a store that was reset) is replaced."""
-    await r.delete(stream_key(message_id))
-    await _append(r, message_id, "1-0", {"type": "chat.opened", "message": message_id})
+    A leftover stream under the same id (a store that was reset) is replaced. The
+    expiry set here outlasts the longest answer (CHAT_TOTAL_TIMEOUT), so tokens
+    need not refresh it; the closing frame restarts it."""
+    key = stream_key(message_id)
+    async with r.pipeline(transaction=True) as pipe:
+        pipe.delete(key)
+        _xadd(pipe, key, "1-0", {"type": "chat.opened", "message": message_id})
+        pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
+        await pipe.execute()
 
 
 async def publish(r: aioredis.Redis, message_id: int, position: int, frame: dict) -> None:
     """Append the frame at `position` (a token's seq; the closing frame takes the next one)."""
-    await _append(r, message_id, _entry_id(position), frame)
-
-
-async def _append(r: aioredis.Redis, message_id: int, entry_id: str, frame: dict) -> None:
     key = stream_key(message_id)
-    ttl = settings.CHAT_STREAM_TTL_SECONDS
+    if frame["type"] not in TERMINAL:
+        # One round trip per token: the hot path of every answer.
+        await _xadd(r, key, _entry_id(position), frame)
+        return
     async with r.pipeline(transaction=False) as pipe:
-        pipe.xadd(
-            key,
-            {"frame": json.dumps(frame)},
-            id=entry_id,
-            maxlen=settings.CHAT_STREAM_MAX_ENTRIES,
-            approximate=False,
-        )
-        pipe.expire(key, ttl)
+        _xadd(pipe, key, _entry_id(position), frame)
+        pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
         await pipe.execute()
+
+
+def _xadd(client, key: str, entry_id: str, frame: dict):
+    return client.xadd(
+        key,
+        {"frame": json.dumps(frame)},
+        id=entry_id,
+        maxlen=settings.CHAT_STREAM_MAX_ENTRIES,
+        approximate=False,
+    )
 
 
 async def exists(r: aioredis.Redis, message_id: int) -> bool:

@@ -6,6 +6,7 @@ from django.conf import settings
 
 from inference.breaker import CircuitBreaker, GuardedEngineClient
 from inference.client import EngineClient, OpenAIEngineClient
+from monitoring import metrics
 
 
 @functools.cache
@@ -21,5 +22,6 @@ def engine_client() -> EngineClient:
         CircuitBreaker(
             failure_threshold=settings.INFERENCE_BREAKER_FAILURES,
             cool_down=settings.INFERENCE_BREAKER_COOL_DOWN,
+            on_change=metrics.circuit_state,
         ),
     )

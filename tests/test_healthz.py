@@ -9,7 +9,13 @@ def test_it_is_ok_when_database_redis_and_engine_are_up(client, engine_url, sett
     settings.INFERENCE_URL = engine_url
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "engine": "ok"}
+    assert response.json() == {
+        "status": "ok",
+        "database": "ok",
+        "redis": "ok",
+        "engine": "ok",
+        "engine_circuit": "closed",
+    }
 
 
 def test_it_is_unavailable_and_names_the_engine_when_the_engine_is_down(client, settings):
@@ -27,3 +33,16 @@ def test_it_names_redis_when_redis_is_down(client, settings):
     settings.INFERENCE_URL = "http://127.0.0.1:1"
     body = client.get("/healthz").json()
     assert body["redis"].startswith("error")
+
+
+def test_it_reports_an_open_circuit(client, settings):
+    from inference.engine import engine_client
+
+    breaker = engine_client().breaker
+    settings.INFERENCE_URL = "http://127.0.0.1:1"
+    for _ in range(breaker.failure_threshold):
+        breaker.record_failure()
+    try:
+        assert client.get("/healthz").json()["engine_circuit"] == "open"
+    finally:
+        breaker.record_success()
