@@ -7,6 +7,17 @@ from django.test import Client
 from websockets.sync.client import ClientConnection, connect
 
 
+def long_answer_conversation(user, max_tokens: int = 1024) -> int:
+    """A conversation whose answers run to `max_tokens`: greedy decoding makes the model
+    write on for the story prompts the tests send, where sampling may end after a line,
+    before a test has stopped, killed or reloaded anything."""
+    from frontend import services
+
+    return services.conversation_create(
+        user=user, settings_data={"max_tokens": max_tokens, "temperature": 0}
+    ).pk
+
+
 def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)

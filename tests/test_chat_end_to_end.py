@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from websockets.exceptions import InvalidStatus
 
 from frontend.models import Message
-from tests.chat_client import collect_answer, open_chat, receive, send
+from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
 from tests.conftest import engine_gauge
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +51,7 @@ def test_it_aborts_the_engine_request_and_keeps_the_partial_answer_on_stop(ws_ur
             ws,
             {
                 "type": "chat.send",
-                "conversation": None,
+                "conversation": long_answer_conversation(user),
                 "content": "Write a very long story about a dragon who learns to bake bread.",
             },
         )

@@ -24,7 +24,7 @@ from frontend.consumers import ChatConsumer
 from frontend.models import Message
 from inference.client import OpenAIEngineClient
 from inference.launcher import EngineConfig, EngineProcess
-from tests.chat_client import collect_answer, open_chat, receive, send
+from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
 from tests.conftest import LOGS, free_port, running_daphne, wait_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +51,14 @@ def test_it_ends_answers_as_interrupted_when_the_engine_dies_and_recovers_when_i
             base = server.url
             ws_url = base.replace("http://", "ws://") + "/ws/chat/"
             with open_chat(ws_url, base, user) as ws:
-                send(ws, {"type": "chat.send", "conversation": None, "content": "Tell me a long story."})
+                send(
+                    ws,
+                    {
+                        "type": "chat.send",
+                        "conversation": long_answer_conversation(user),
+                        "content": "Tell me a long story.",
+                    },
+                )
                 started = receive(ws)
                 assert receive(ws)["type"] == "chat.token"
                 os.killpg(os.getpgid(engine.process.pid), signal.SIGKILL)
@@ -67,7 +74,7 @@ def test_it_ends_answers_as_interrupted_when_the_engine_dies_and_recovers_when_i
                 assert stored.content == frame["content"]
 
                 engine = start_engine(url)
-                send(ws, {"type": "chat.send", "conversation": started["conversation"], "content": "Hello?"})
+                send(ws, {"type": "chat.send", "conversation": None, "content": "Hello?"})
                 _, tokens, done = collect_answer(ws)
                 assert done["type"] == "chat.done" and done["status"] == "complete"
                 assert tokens
@@ -129,7 +136,12 @@ def test_it_ends_in_flight_answers_clearly_when_redis_restarts_and_works_again_a
         ws_url = base.replace("http://", "ws://") + "/ws/chat/"
         with private_redis(port) as first, open_chat(ws_url, base, user) as ws:
             send(
-                ws, {"type": "chat.send", "conversation": None, "content": "Write a long poem about rivers."}
+                ws,
+                {
+                    "type": "chat.send",
+                    "conversation": long_answer_conversation(user),
+                    "content": "Write a long poem about rivers.",
+                },
             )
             started = receive(ws)
             assert receive(ws)["type"] == "chat.token"
@@ -169,7 +181,12 @@ def test_it_marks_an_answer_interrupted_when_its_web_process_dies(django_db_setu
         ws_url = server.url.replace("http://", "ws://") + "/ws/chat/"
         with open_chat(ws_url, server.url, user) as ws:
             send(
-                ws, {"type": "chat.send", "conversation": None, "content": "Write a long story about ships."}
+                ws,
+                {
+                    "type": "chat.send",
+                    "conversation": long_answer_conversation(user),
+                    "content": "Write a long story about ships.",
+                },
             )
             started = receive(ws)
             assert receive(ws)["type"] == "chat.token"
@@ -234,7 +251,12 @@ def test_it_resumes_and_stops_an_answer_from_another_web_process(django_db_setup
         ws_second = second.url.replace("http://", "ws://") + "/ws/chat/"
         with open_chat(ws_first, first.url, user) as tab1, open_chat(ws_second, second.url, user) as tab2:
             send(
-                tab1, {"type": "chat.send", "conversation": None, "content": "Write a long story about owls."}
+                tab1,
+                {
+                    "type": "chat.send",
+                    "conversation": long_answer_conversation(user),
+                    "content": "Write a long story about owls.",
+                },
             )
             started = receive(tab1)
             seen = [receive(tab1), receive(tab1)]
