@@ -68,6 +68,15 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a separately started server process sees the test data.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+    DATABASES["default"]["OPTIONS"] = {
+        # Write-ahead log: readers never wait for the writer, and a commit is an append
+        # without a sync (a power cut may lose the last commits, never corrupt the file).
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        # Take the write lock when a transaction begins, so a busy writer makes others
+        # wait (up to `timeout` seconds) instead of failing mid-transaction.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address.

@@ -154,8 +154,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # Optional: the message the new one follows (another version's); default the shown one.
         parent_id = _id_field(frame, "parent", nullable=True) if "parent" in frame else None
         content = _content_field(frame)
-        if conversation_id is not None:
-            await self._refuse_if_busy(conversation_id)
+        # A busy conversation is refused inside the turn's transaction (services.Refused).
         await self._start_answer(
             services.chat_turn_start,
             conversation_id=conversation_id,
@@ -187,10 +186,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _refuse_if_busy(self, conversation_id: int) -> None:
         # Only the user's own conversation can be busy: another's reads as missing, later.
-        busy = await Message.objects.filter(
-            conversation_id=conversation_id, conversation__owner=self.user, status=Message.Status.GENERATING
-        ).aexists()
-        if busy:
+        if await database_sync_to_async(selectors.conversation_busy)(
+            user=self.user, conversation_id=conversation_id
+        ):
             raise FrameError(
                 "conversation_busy",
                 "an answer is still being generated in this conversation",
@@ -214,7 +212,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except services.NotFound:
             raise FrameError("not_found", "no such conversation or message") from None
         except services.Refused as exc:
-            raise FrameError(exc.code, exc.detail) from None
+            raise FrameError(exc.code, exc.detail, **exc.extra) from None
         turn = generation.turn
         await self.send_json(
             {

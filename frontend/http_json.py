@@ -31,7 +31,7 @@ class ApiError(Exception):
 
 
 # How a store refusal reads over HTTP.
-_REFUSAL_STATUS = {"too_large": 413}
+_REFUSAL_STATUS = {"too_large": 413, "conversation_busy": 409}
 
 
 def refused(exc: services.Refused) -> ApiError:

@@ -18,14 +18,13 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import auser_for_request
 from apitokens.models import Scope
-from frontend import admission, selectors, services, streams
+from frontend import admission, services, streams
 from frontend.generation import Generation, answer_start
 from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
 from frontend.redisconn import redis_client
@@ -129,10 +128,6 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
     prompt, conversation_id = _check_request(
         read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 + 1024)
     )
-    if conversation_id is not None and await database_sync_to_async(selectors.conversation_busy)(
-        user=user, conversation_id=conversation_id
-    ):
-        raise ApiError(409, "conversation_busy", "an answer is still being generated in this conversation")
     try:
         generation = await _start(user, prompt, conversation_id)
     except services.NotFound:

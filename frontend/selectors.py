@@ -63,9 +63,11 @@ def conversation_busy(*, user: AbstractBaseUser, conversation_id: int) -> bool:
     ).exists()
 
 
-def message_path(*, message: Message) -> list[Message]:
-    """The messages from the conversation's root down to `message`, inclusive."""
-    by_id = {m.pk: m for m in message.conversation.messages.all()}
+def message_path(*, message: Message, messages: dict[int, Message] | None = None) -> list[Message]:
+    """The messages from the conversation's root down to `message`, inclusive.
+
+    `messages`, the conversation's messages by id, saves loading them again."""
+    by_id = messages if messages is not None else {m.pk: m for m in message.conversation.messages.all()}
     path = []
     current: Message | None = by_id.get(message.pk, message)
     while current is not None:
@@ -76,10 +78,13 @@ def message_path(*, message: Message) -> list[Message]:
 
 def conversation_history(*, leaf: Message) -> list[dict[str, str]]:
     """The prompt history ending at `leaf`: the path from the root, as chat messages."""
+    return prompt_history(message_path(message=leaf))
+
+
+def prompt_history(path: list[Message]) -> list[dict[str, str]]:
+    """A path of messages as chat messages, leaving out those that carry no text for the prompt."""
     return [
-        {"role": m.role, "content": m.content}
-        for m in message_path(message=leaf)
-        if m.status in _PROMPT_STATUSES and m.content
+        {"role": m.role, "content": m.content} for m in path if m.status in _PROMPT_STATUSES and m.content
     ]
 
 

@@ -25,10 +25,11 @@ class NotFound(Exception):
 class Refused(Exception):
     """A request the store will not carry out; `code` is stable and client-facing."""
 
-    def __init__(self, code: str, detail: str):
+    def __init__(self, code: str, detail: str, **extra):
         super().__init__(detail)
         self.code = code
         self.detail = detail
+        self.extra = extra
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,10 @@ def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Messag
     return message
 
 
-def _answer(conversation: Conversation, user_message: Message) -> Turn:
-    """Add an empty assistant answer to `user_message` and show it."""
+def _answer(conversation: Conversation, user_message: Message, earlier: list[Message] | None = None) -> Turn:
+    """Add an empty assistant answer to `user_message` and show it.
+
+    `earlier`, the path down to the user message's parent when the caller has it, saves a query."""
     assistant = Message.objects.create(
         conversation=conversation,
         parent=user_message,
@@ -74,7 +77,11 @@ def _answer(conversation: Conversation, user_message: Message) -> Turn:
         user_message_id=user_message.pk,
         assistant_message_id=assistant.pk,
         system_prompt=conversation.system_prompt,
-        history=selectors.conversation_history(leaf=user_message),
+        history=(
+            selectors.conversation_history(leaf=user_message)
+            if earlier is None
+            else selectors.prompt_history([*earlier, user_message])
+        ),
         temperature=(
             settings.CHAT_TEMPERATURE if conversation.temperature is None else conversation.temperature
         ),
@@ -82,14 +89,16 @@ def _answer(conversation: Conversation, user_message: Message) -> Turn:
     )
 
 
-def _ask(conversation: Conversation, parent: Message | None, content: str) -> Turn:
+def _ask(
+    conversation: Conversation, parent: Message | None, content: str, earlier: list[Message] | None = None
+) -> Turn:
     if not conversation.title:
         conversation.title = _title_from(content)
         conversation.save(update_fields=["title"])
     user_message = Message.objects.create(
         conversation=conversation, parent=parent, role=Message.Role.USER, content=content
     )
-    return _answer(conversation, user_message)
+    return _answer(conversation, user_message, earlier)
 
 
 @transaction.atomic
@@ -101,18 +110,30 @@ def chat_turn_start(
     The message follows `parent_id` when given (a message of the same conversation),
     otherwise the version the conversation shows.
     """
+    # On the path of every answer's first token: as few queries as it takes.
     if conversation_id is None:
-        conversation = Conversation.objects.create(owner=user, system_prompt=settings.CHAT_SYSTEM_PROMPT)
-    else:
-        conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
-        if conversation is None:
-            raise NotFound(conversation_id)
-    parent = conversation.current_leaf
-    if parent_id is not None:
-        parent = conversation.messages.filter(pk=parent_id).first()
-        if parent is None:
-            raise NotFound(parent_id)
-    return _ask(conversation, parent, content)
+        if parent_id is not None:
+            raise NotFound(parent_id)  # a new conversation has no messages to follow
+        conversation = Conversation.objects.create(
+            owner=user, system_prompt=settings.CHAT_SYSTEM_PROMPT, title=_title_from(content)
+        )
+        return _ask(conversation, None, content, earlier=[])
+    conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
+    if conversation is None:
+        raise NotFound(conversation_id)
+    messages = {m.pk: m for m in conversation.messages.all()}
+    parent_key = conversation.current_leaf_id if parent_id is None else parent_id
+    parent = messages.get(parent_key) if parent_key is not None else None
+    if parent_id is not None and parent is None:
+        raise NotFound(parent_id)
+    if any(m.status == Message.Status.GENERATING for m in messages.values()):
+        raise Refused(
+            "conversation_busy",
+            "an answer is still being generated in this conversation",
+            conversation=conversation.pk,
+        )
+    earlier = [] if parent is None else selectors.message_path(message=parent, messages=messages)
+    return _ask(conversation, parent, content, earlier)
 
 
 @transaction.atomic

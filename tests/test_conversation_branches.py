@@ -105,7 +105,7 @@ def test_it_shows_the_newest_continuation_of_a_chosen_version(alice):
 def test_it_follows_an_explicit_parent_when_one_is_given(alice):
     first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
     old = answered(first, "1")
-    services.chat_turn_regenerate(user=alice, message_id=old.pk)
+    answered(services.chat_turn_regenerate(user=alice, message_id=old.pk), "one")
     turn = services.chat_turn_start(
         user=alice, conversation_id=first.conversation_id, content="Next", parent_id=old.pk
     )
@@ -180,3 +180,28 @@ def test_it_renames_without_reordering_and_deletes_with_every_message(alice):
         services.conversation_rename(user=alice, conversation_id=older.conversation_id, title="  ")
     services.conversation_delete(user=alice, conversation_id=newer.conversation_id)
     assert not Message.objects.filter(conversation_id=newer.conversation_id).exists()
+
+
+def test_it_refuses_a_turn_while_the_conversation_is_still_answering(alice):
+    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    with pytest.raises(services.Refused) as refused:
+        services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
+    assert (refused.value.code, refused.value.extra) == (
+        "conversation_busy",
+        {"conversation": first.conversation_id},
+    )
+    assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
+
+
+def test_it_stores_a_turn_in_few_queries_whatever_the_history(alice, django_assert_max_num_queries):
+    # Storing the turn is on the path of every answer's first token.
+    with django_assert_max_num_queries(6):  # BEGIN, conversation, 2 messages, leaf, COMMIT
+        first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    answered(first, "1")
+    for n in range(5):
+        answered(
+            services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content=f"{n}"), "ok"
+        )
+    with django_assert_max_num_queries(7):  # ... plus the conversation's messages, read once
+        turn = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Last")
+    assert len(turn.history) == 2 * 6 + 1
