@@ -318,6 +318,32 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
     )
     assert cost["parsed"] < 40 * cost["length"], cost
 
+    # Nor is a long code block: while it is open its text is appended as it comes, and it is
+    # rendered (highlighted, with its copy button) once, when its closing fence arrives.
+    code = page.evaluate(
+        """() => {
+            const box = document.createElement('div');
+            const renderer = new ChatMarkdown.StreamRenderer(box);
+            const before = ChatMarkdown.stats.parsedChars;
+            let text = 'Here:\\n```python\\n';
+            renderer.append(text);
+            renderer.flush();
+            for (let i = 0; i < 4000; i++) {
+                const token = i % 12 === 11 ? '\\n' : 'x = 1; ';
+                text += token;
+                renderer.append(token);
+                renderer.flush();
+            }
+            const shown = box.querySelector('pre code').textContent.length;
+            const parsed = ChatMarkdown.stats.parsedChars - before;
+            renderer.append('\\n```\\n');
+            renderer.flush();
+            return { parsed, shown, blocks: box.querySelectorAll('.codeblock').length, length: text.length };
+        }"""
+    )
+    assert code["parsed"] < code["length"] and code["shown"] > 0.9 * code["length"], code
+    assert code["blocks"] == 1, code
+
     # Phone width: no sideways scrolling, the list folds behind a button.
     page.set_viewport_size({"width": 390, "height": 800})
     assert page.evaluate("document.documentElement.scrollWidth") <= 390

@@ -7,7 +7,8 @@
 //
 // Streaming: a long answer is not re-parsed on every token. Text is cut into blocks at
 // blank lines outside fenced code; each finished block is rendered once, and only the
-// trailing, still-growing block is rendered again, at most once per animation frame.
+// trailing, still-growing block is rendered again, at most once per animation frame; inside
+// an open code block the new text is appended as plain text, without parsing.
 // When the answer ends it is rendered whole once, so the result equals a plain render.
 (function () {
   "use strict";
@@ -98,6 +99,7 @@
       this.committed = 0; // text before this index is rendered in finished blocks
       this.scanned = 0; // lines before this index have been looked at for block ends
       this.fence = null; // the open fence's marker, e.g. "```"
+      this.code = null; // the <pre><code> showing an open code block as it grows
       this.scheduled = false;
       this.onRender = null;
       this.blocks = document.createElement("div");
@@ -119,22 +121,54 @@
       if (this.finished) return;
       let newline;
       while ((newline = this.text.indexOf("\n", this.scanned)) !== -1) {
-        const line = this.text.slice(this.scanned, newline);
+        const start = this.scanned;
+        const line = this.text.slice(start, newline);
         this.scanned = newline + 1;
         const fence = FENCE.exec(line);
         if (this.fence === null && fence) {
+          // Code may interrupt a paragraph: what came before it is a finished block.
+          this.commit(start);
           this.fence = fence[1];
+          this.codeStart = this.scanned;
         } else if (this.fence !== null && fence && fence[1][0] === this.fence[0]
                    && fence[1].length >= this.fence.length && !line.slice(fence[0].length).trim()) {
           this.fence = null;
+          this.commit(this.scanned);
         } else if (this.fence === null && !line.trim()) {
-          const block = this.text.slice(this.committed, this.scanned);
-          if (block.trim()) this.blocks.appendChild(toFragment(block, true));
-          this.committed = this.scanned;
+          this.commit(this.scanned);
         }
       }
-      this.tail.replaceChildren(toFragment(this.text.slice(this.committed), false));
+      if (this.fence === null) {
+        this.tail.replaceChildren(toFragment(this.text.slice(this.committed), false));
+      } else {
+        this.growCode();
+      }
       if (this.onRender) this.onRender();
+    }
+
+    // Render the text up to `end` as a finished block, once.
+    commit(end) {
+      const block = this.text.slice(this.committed, end);
+      if (block.trim()) this.blocks.appendChild(toFragment(block, true));
+      this.committed = end;
+      this.code = null;
+    }
+
+    // Inside a code block that is still open, its text is shown as it comes, appended to a
+    // <pre><code> as plain text (never parsed, never HTML): a long block costs no re-parsing.
+    // It is rendered properly, highlighted, once its closing fence arrives.
+    growCode() {
+      if (!this.code) {
+        const pre = document.createElement("pre");
+        this.code = document.createElement("code");
+        pre.append(this.code);
+        this.tail.replaceChildren(pre);
+        this.codeShown = this.codeStart;
+      }
+      if (this.text.length > this.codeShown) {
+        this.code.append(this.text.slice(this.codeShown));
+        this.codeShown = this.text.length;
+      }
     }
 
     // The answer ended: render it whole once, with the final text.
