@@ -17,6 +17,7 @@ import contextvars
 import hashlib
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from contextlib import aclosing
 
@@ -30,7 +31,7 @@ from frontend.models import Message
 from frontend.redisconn import redis_client
 from frontend.streams import alive_key, stop_channel
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
-from inference.prompt import PromptTooLong, assemble
+from inference.prompt import PromptCounts, PromptTooLong, assemble
 from monitoring import metrics
 from monitoring.logcontext import bind_log_context
 
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 
 # Answers generating in this process, by message id: a stop from the same process is a direct call.
 RUNNING: dict[int, "Generation"] = {}
+# Prompt token counts the engine gave, by engine client: they spare a long conversation a
+# count on every turn (inference.prompt.PromptCounts).
+_prompt_counts: "weakref.WeakKeyDictionary[EngineClient, PromptCounts]" = weakref.WeakKeyDictionary()
 
 STOP_NOTES = {
     "user": "Stopped by the user.",
@@ -190,6 +194,7 @@ class Generation:
                 context_window=settings.INFERENCE_MAX_MODEL_LEN,
                 answer_budget=self.turn.max_tokens,
                 count_tokens=self._engine.count_prompt_tokens,
+                counts=_prompt_counts.setdefault(self._engine, PromptCounts()),
             )
             note = _dropped_note(prompt.dropped_turns)
             request = ChatRequest(

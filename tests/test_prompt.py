@@ -2,7 +2,7 @@
 
 import pytest
 
-from inference.prompt import PromptTooLong, assemble
+from inference.prompt import PromptCounts, PromptTooLong, assemble
 
 
 def turns(n: int, size: int = 100) -> list[dict[str, str]]:
@@ -55,3 +55,23 @@ async def test_it_refuses_a_message_that_cannot_fit_with_room_for_the_answer():
             answer_budget=512,
             count_tokens=count,
         )
+
+
+async def test_it_asks_the_engine_again_only_when_the_counted_prompt_plus_the_new_turn_might_not_fit():
+    count, calls = counting()
+    counts = PromptCounts()
+    history = turns(3, size=300) + [{"role": "user", "content": "q3"}]
+    window = dict(context_window=2170, answer_budget=300)
+    # 1,887 bytes and template overhead against 1,870 tokens of room: the engine counts (1,823).
+    await assemble("sys", history, count_tokens=count, counts=counts, **window)
+    assert len(calls) == 1
+    # The next turns extend the counted prompt: its count plus their bytes still fit.
+    for n in range(4, 6):
+        history = history + [{"role": "assistant", "content": f"a{n}"}, {"role": "user", "content": f"q{n}"}]
+        prompt = await assemble("sys", history, count_tokens=count, counts=counts, **window)
+        assert prompt.dropped_turns == 0
+    assert len(calls) == 1
+    # A turn that might not fit is counted again, exactly, and old turns go.
+    history = history + [{"role": "assistant", "content": "y" * 600}, {"role": "user", "content": "last"}]
+    prompt = await assemble("sys", history, count_tokens=count, counts=counts, **window)
+    assert len(calls) >= 2 and prompt.dropped_turns > 0
