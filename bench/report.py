@@ -343,8 +343,8 @@ def machine_section(results: list[dict]) -> str:
             f"- {machine['system']}, Python {machine['python']}; {versions}",
             f"- Model: {machine['model']}; commit {machine['commit']}; run {machine['date']}",
             f"- Run time: {durations}.",
-            "- The machine was shared with other work while the benchmarks ran: absolute figures are noisy, "
-            "the ratios (both sides measured in the same run on the same prompts) are the meaningful part.",
+            "- A small shared VM: absolute figures move from run to run (and between hosts), the ratios "
+            "(both sides measured in the same run on the same prompts) are the meaningful part.",
         ]
     )
 
