@@ -344,6 +344,20 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
     assert code["parsed"] < code["length"] and code["shown"] > 0.9 * code["length"], code
     assert code["blocks"] == 1, code
 
+    # A code block's copy button puts its code, as text, on the clipboard.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.evaluate(
+        """() => {
+            const box = document.createElement('div');
+            box.id = 'copy-test';
+            document.getElementById('messages').appendChild(box);
+            ChatMarkdown.render(box, 'Run:\\n\\n```sh\\necho "<b>hi</b>"\\n```\\n');
+        }"""
+    )
+    page.click("#copy-test .codeblock button.copy")
+    expect(page.locator("#copy-test button.copy")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == 'echo "<b>hi</b>"\n'
+
     # Phone width: no sideways scrolling, the list folds behind a button.
     page.set_viewport_size({"width": 390, "height": 800})
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
