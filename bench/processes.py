@@ -2,40 +2,22 @@
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from chatsite.processes import ROOT, daphne_running, free_port, wait_for
 from inference.launcher import EngineConfig, EngineProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 LOGS = Path(settings.DATA_DIR) / "bench-logs"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
 
 
 def log_file(name: str):
@@ -92,31 +74,9 @@ def engine_running(config: EngineConfig, name: str = "engine") -> Iterator[str]:
 @contextlib.contextmanager
 def product_running(engine_url: str, **environment: str) -> Iterator[str]:
     """daphne serving the product against `engine_url`, with extra settings from `environment`."""
-    port = free_port()
     env = dict(os.environ, INFERENCE_URL=engine_url, **environment)
-    log = log_file("daphne")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(base + "/accounts/login/", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, "daphne")
+    with daphne_running(env, LOGS / "daphne.log") as (base, _):
         yield base
-    finally:
-        process.terminate()
-        process.wait(15)
-        log.close()
 
 
 def product_environment(*, system_prompt: str, max_tokens: int) -> dict[str, str]:

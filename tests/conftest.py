@@ -5,10 +5,8 @@ ask for the `engine_url` or `product_server` fixture.
 """
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,27 +19,12 @@ from django.conf import settings
 from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
+from chatsite.processes import ROOT, daphne_running, free_port, wait_for
 from inference.engine import engine_client
 from inference.launcher import EngineConfig, EngineProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 LOGS = Path(settings.DATA_DIR) / "test-logs"
 LOGS.mkdir(parents=True, exist_ok=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
 
 
 def wait_redis(client: redis.Redis, timeout: float) -> None:
@@ -117,10 +100,6 @@ class DaphneServer:
     process: subprocess.Popen
 
 
-# As in the Procfile's web process.
-WS_MAX_MESSAGE_BYTES = 262144
-
-
 @contextmanager
 def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
     """daphne serving the product, as `make run` starts it, on the test database."""
@@ -133,35 +112,8 @@ def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
         "DATA_DIR": str(settings.DATA_DIR),
         **env_overrides,
     }
-    log = open(LOGS / f"test-daphne-{port}.log", "w")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
-            *("--websocket-max-message-size", str(WS_MAX_MESSAGE_BYTES)),
-            *daphne_args,
-            "chatsite.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(base + "/accounts/login/", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, "daphne")
+    with daphne_running(env, LOGS / f"test-daphne-{port}.log", *daphne_args, port=port) as (base, process):
         yield DaphneServer(base, process)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.wait(15)
-        log.close()
 
 
 @pytest.fixture(scope="session")
