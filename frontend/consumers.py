@@ -154,7 +154,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # Optional: the message the new one follows (another version's); default the shown one.
         parent_id = _id_field(frame, "parent", nullable=True) if "parent" in frame else None
         content = _content_field(frame)
-        # A busy conversation is refused inside the turn's transaction (services.Refused).
         await self._start_answer(
             services.chat_turn_start,
             conversation_id=conversation_id,
@@ -174,8 +173,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._branch(services.chat_turn_edit, message_id=message_id, content=content)
 
     async def _branch(self, start_turn, *, message_id: int, **arguments) -> None:
-        message = await self._owned_message(message_id)
-        await self._refuse_if_busy(message.conversation_id)
+        await self._owned_message(message_id)
         await self._start_answer(start_turn, message_id=message_id, **arguments)
 
     async def _owned_message(self, message_id: int) -> Message:
@@ -183,17 +181,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if message is None:
             raise FrameError("not_found", "no such message", message=message_id)
         return message
-
-    async def _refuse_if_busy(self, conversation_id: int) -> None:
-        # Only the user's own conversation can be busy: another's reads as missing, later.
-        if await database_sync_to_async(selectors.conversation_busy)(
-            user=self.user, conversation_id=conversation_id
-        ):
-            raise FrameError(
-                "conversation_busy",
-                "an answer is still being generated in this conversation",
-                conversation=conversation_id,
-            )
 
     async def _start_answer(self, start_turn, **arguments) -> None:
         """Start an answer (frontend.generation.answer_start), announce it, and follow it."""

@@ -56,13 +56,6 @@ def message_get(*, user: AbstractBaseUser, message_id: int) -> Message | None:
     return Message.objects.filter(conversation__owner=user, pk=message_id).first()
 
 
-def conversation_busy(*, user: AbstractBaseUser, conversation_id: int) -> bool:
-    """True while an answer is being generated in the user's conversation."""
-    return Message.objects.filter(
-        conversation_id=conversation_id, conversation__owner=user, status=Message.Status.GENERATING
-    ).exists()
-
-
 def message_path(*, message: Message, messages: dict[int, Message] | None = None) -> list[Message]:
     """The messages from the conversation's root down to `message`, inclusive.
 

@@ -1,6 +1,7 @@
 """Changes to the conversation store. Consumers and views call these; nothing else
 writes messages."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -57,6 +58,22 @@ def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Messag
     if message.role != role:
         raise Refused("invalid_field", f"message {message_id} is not a {role} message")
     return message
+
+
+def _refuse_if_busy(conversation: Conversation, messages: Iterable[Message] | None = None) -> None:
+    """One answer at a time in a conversation; checked inside the transaction that stores the turn.
+
+    `messages`, the conversation's messages when the caller has them, saves a query."""
+    if messages is None:
+        busy = conversation.messages.filter(status=Message.Status.GENERATING).exists()
+    else:
+        busy = any(m.status == Message.Status.GENERATING for m in messages)
+    if busy:
+        raise Refused(
+            "conversation_busy",
+            "an answer is still being generated in this conversation",
+            conversation=conversation.pk,
+        )
 
 
 def _answer(conversation: Conversation, user_message: Message, earlier: list[Message] | None = None) -> Turn:
@@ -126,12 +143,7 @@ def chat_turn_start(
     parent = messages.get(parent_key) if parent_key is not None else None
     if parent_id is not None and parent is None:
         raise NotFound(parent_id)
-    if any(m.status == Message.Status.GENERATING for m in messages.values()):
-        raise Refused(
-            "conversation_busy",
-            "an answer is still being generated in this conversation",
-            conversation=conversation.pk,
-        )
+    _refuse_if_busy(conversation, messages.values())
     earlier = [] if parent is None else selectors.message_path(message=parent, messages=messages)
     return _ask(conversation, parent, content, earlier)
 
@@ -140,6 +152,7 @@ def chat_turn_start(
 def chat_turn_edit(*, user: AbstractBaseUser, message_id: int, content: str) -> Turn:
     """Send an edited copy of a user message as a new version of that turn."""
     original = _owned_message(user, message_id, Message.Role.USER)
+    _refuse_if_busy(original.conversation)
     return _ask(original.conversation, original.parent, content)
 
 
@@ -147,6 +160,7 @@ def chat_turn_edit(*, user: AbstractBaseUser, message_id: int, content: str) -> 
 def chat_turn_regenerate(*, user: AbstractBaseUser, message_id: int) -> Turn:
     """Answer the user message that `message_id` (an answer) replied to once more, as a new version."""
     answer = _owned_message(user, message_id, Message.Role.ASSISTANT)
+    _refuse_if_busy(answer.conversation)
     return _answer(answer.conversation, answer.parent)
 
 

@@ -53,6 +53,7 @@ def test_it_renames_changes_settings_and_deletes(browser, alice):
 
 def test_it_remembers_the_version_shown_so_a_reload_shows_it(browser, alice):
     turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    services.message_finish(message_id=turn.assistant_message_id, content="Hello!", status="complete")
     services.chat_turn_regenerate(user=alice, message_id=turn.assistant_message_id)
     base = f"/c/{turn.conversation_id}"
     response = post(browser, base + "/show", {"message": turn.assistant_message_id})

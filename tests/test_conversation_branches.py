@@ -191,6 +191,11 @@ def test_it_refuses_a_turn_while_the_conversation_is_still_answering(alice):
         {"conversation": first.conversation_id},
     )
     assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
+    with pytest.raises(services.Refused, match="still being generated"):
+        services.chat_turn_edit(user=alice, message_id=first.user_message_id, content="One again")
+    with pytest.raises(services.Refused, match="still being generated"):
+        services.chat_turn_regenerate(user=alice, message_id=first.assistant_message_id)
+    assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
 
 
 def test_it_stores_a_turn_in_few_queries_whatever_the_history(alice, django_assert_max_num_queries):
