@@ -266,7 +266,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if generation is not None:
             generation.stop("user")
         else:
-            await redis_client().publish(streams.stop_channel(message_id), "user")
+            await streams.request_stop(redis_client(), message_id)
 
     async def send_json(self, content: dict) -> None:
         await self.send(text_data=json.dumps(content))

@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from frontend import admission, services, streams
 from frontend.models import Message
 from frontend.redisconn import redis_client
-from frontend.streams import alive_key, stop_channel
+from frontend.streams import alive_key, stop_channel, stop_key
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.prompt import PromptCounts, PromptTooLong, assemble
 from monitoring import metrics
@@ -140,7 +140,7 @@ class Generation:
         """Give back the answer's slot and heartbeat; idempotent."""
         self._watcher.cancel()
         try:
-            await r.delete(alive_key(self.message_id))
+            await r.delete(alive_key(self.message_id), stop_key(self.message_id))
             if self._lease is not None:
                 await admission.release(r, self._lease)
         except RedisError:
@@ -152,6 +152,9 @@ class Generation:
         try:
             async with r.pubsub() as pubsub:
                 await pubsub.subscribe(stop_channel(self.message_id))
+                if await r.exists(stop_key(self.message_id)):
+                    self.stop("user")
+                    return
                 while True:
                     await r.set(alive_key(self.message_id), 1, ex=int(beat * 3))
                     if self._lease is not None:
@@ -200,6 +203,7 @@ class Generation:
             request = ChatRequest(
                 messages=prompt.messages,
                 max_tokens=self.turn.max_tokens,
+                min_tokens=self.turn.min_tokens,
                 temperature=self.turn.temperature,
                 priority=settings.CHAT_PRIORITY,
                 cache_salt=cache_salt_for(self._user_id),

@@ -20,6 +20,8 @@ class Conversation(models.Model):
     # Null means the deployment's default (CHAT_TEMPERATURE, CHAT_MAX_TOKENS).
     temperature = models.FloatField(null=True, blank=True)
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The engine may not end an answer before this many tokens (vLLM's min_tokens); null: no floor.
+    min_tokens = models.PositiveIntegerField(null=True, blank=True)
     # The last message of the version the user sees; new messages follow it.
     current_leaf = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -120,6 +120,7 @@ def conversation_settings(conversation: Conversation) -> dict:
         "system_prompt": conversation.system_prompt,
         "temperature": conversation.temperature,
         "max_tokens": conversation.max_tokens,
+        "min_tokens": conversation.min_tokens,
     }
 
 

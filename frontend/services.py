@@ -44,6 +44,7 @@ class Turn:
     history: list[dict[str, str]]
     temperature: float
     max_tokens: int
+    min_tokens: int = 0
 
 
 def _title_from(content: str) -> str:
@@ -103,6 +104,7 @@ def _answer(conversation: Conversation, user_message: Message, earlier: list[Mes
             settings.CHAT_TEMPERATURE if conversation.temperature is None else conversation.temperature
         ),
         max_tokens=conversation.max_tokens or settings.CHAT_MAX_TOKENS,
+        min_tokens=conversation.min_tokens or 0,
     )
 
 
@@ -230,6 +232,12 @@ def _checked_settings(data: dict) -> dict:
         if value is not None and not (_is_number(value, int) and 1 <= value <= limit):
             raise Refused("invalid_field", f"'max_tokens' must be an integer from 1 to {limit}, or null")
         checked["max_tokens"] = value
+    if "min_tokens" in data:
+        value = data["min_tokens"]
+        limit = settings.CHAT_MAX_TOKENS_LIMIT
+        if value is not None and not (_is_number(value, int) and 0 <= value <= limit):
+            raise Refused("invalid_field", f"'min_tokens' must be an integer from 0 to {limit}, or null")
+        checked["min_tokens"] = value or None
     return checked
 
 
@@ -241,7 +249,7 @@ def conversation_create(*, user: AbstractBaseUser, settings_data: dict | None = 
 
 
 def conversation_update_settings(*, user: AbstractBaseUser, conversation_id: int, data: dict) -> Conversation:
-    """Change system prompt, temperature or max answer length; they apply from the next answer on."""
+    """Change system prompt, temperature or answer length bounds; they apply from the next answer on."""
     conversation = _owned_conversation(user, conversation_id)
     checked = _checked_settings(data)
     for name, value in checked.items():

@@ -27,6 +27,23 @@ def stop_channel(message_id: int) -> str:
     return f"chat:stop:{message_id}"
 
 
+def stop_key(message_id: int) -> str:
+    """Set with each stop request, for an answer whose watcher has not subscribed yet."""
+    return f"chat:stop-requested:{message_id}"
+
+
+async def request_stop(r: aioredis.Redis, message_id: int) -> None:
+    """Ask whichever process generates the answer to stop it.
+
+    A pub/sub message reaches only subscribers, so the request is also left as a key
+    that the answer's watcher reads once it has subscribed: a stop sent in the moment
+    between an answer's start and its subscription is not lost."""
+    async with r.pipeline(transaction=True) as pipe:
+        pipe.set(stop_key(message_id), 1, ex=int(settings.CHAT_LEASE_SECONDS))
+        pipe.publish(stop_channel(message_id), "user")
+        await pipe.execute()
+
+
 def stream_key(message_id: int) -> str:
     return f"chat:stream:{message_id}"
 

@@ -22,6 +22,7 @@ def _bounds() -> dict:
     return {
         "temperature": {"min": TEMPERATURE_BOUNDS[0], "max": TEMPERATURE_BOUNDS[1]},
         "max_tokens": {"min": 1, "max": settings.CHAT_MAX_TOKENS_LIMIT},
+        "min_tokens": {"min": 0, "max": settings.CHAT_MAX_TOKENS_LIMIT},
         "system_prompt_chars": settings.CHAT_SYSTEM_PROMPT_MAX_CHARS,
         "content_chars": settings.CHAT_MAX_CONTENT_CHARS,
         "defaults": {

@@ -24,6 +24,8 @@ class ChatRequest:
     max_tokens: int
     temperature: float
     priority: int = 0
+    # The engine ignores end-of-text until this many tokens (vLLM's min_tokens); 0: no floor.
+    min_tokens: int = 0
     # Isolates the engine's prefix cache; requests with different salts share nothing.
     cache_salt: str | None = None
     request_id: str | None = None
@@ -123,6 +125,9 @@ class OpenAIEngineClient:
         extra_body: dict = {"priority": request.priority}
         if request.cache_salt:
             extra_body["cache_salt"] = request.cache_salt
+        if request.min_tokens:
+            # vLLM refuses a floor above the ceiling.
+            extra_body["min_tokens"] = min(request.min_tokens, request.max_tokens)
         extra_headers = {"X-Request-Id": request.request_id} if request.request_id else None
         finish_reason = "stop"
         usage = None

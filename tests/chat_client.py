@@ -8,14 +8,13 @@ from websockets.sync.client import ClientConnection, connect
 
 
 def long_answer_conversation(user, max_tokens: int = 1024) -> int:
-    """A conversation whose answers run to `max_tokens`: greedy decoding makes the model
-    write on for the story prompts the tests send, where sampling may end after a line,
-    before a test has stopped, killed or reloaded anything."""
+    """A conversation whose answers run to exactly `max_tokens`: the engine may not end an
+    answer before its `min_tokens` floor, so a test that stops, kills or reloads mid-answer
+    acts while the answer is still running, whatever the model would have said."""
     from frontend import services
 
-    return services.conversation_create(
-        user=user, settings_data={"max_tokens": max_tokens, "temperature": 0}
-    ).pk
+    settings_data = {"max_tokens": max_tokens, "min_tokens": max_tokens, "temperature": 0}
+    return services.conversation_create(user=user, settings_data=settings_data).pk
 
 
 def session_cookie(user) -> str:

@@ -4,6 +4,7 @@ The engine starts once per test session (about 40 s on CPU). Tests that need it
 ask for the `engine_url` or `product_server` fixture.
 """
 
+import inspect
 import os
 import subprocess
 import sys
@@ -15,8 +16,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import redis
+from asgiref.sync import SyncToAsync
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from chatsite.processes import ROOT, daphne_running, free_port, wait_for
@@ -25,6 +27,31 @@ from inference.launcher import EngineConfig, EngineProcess
 
 LOGS = Path(settings.DATA_DIR) / "test-logs"
 LOGS.mkdir(parents=True, exist_ok=True)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Refuse an async test inside the test-wide transaction.
+
+    Such a test reaches the ORM from asgiref's worker thread, through a connection of its
+    own, while the test's transaction holds the main thread's. On SQLite that transaction
+    (BEGIN IMMEDIATE, the product's transaction mode) holds the write lock until the test
+    ends, so the test's own writes wait out the busy timeout and fail "database is locked"."""
+    marker = item.get_closest_marker("django_db")
+    function = getattr(item, "function", None)
+    if marker is None or not inspect.iscoroutinefunction(function):
+        return
+    if not (marker.kwargs.get("transaction") or marker.kwargs.get("serialized_rollback")):
+        pytest.fail(f"{item.nodeid}: an async test needs @pytest.mark.django_db(transaction=True)", False)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Close the connection an async test's ORM calls opened in asgiref's worker thread.
+
+    Django's `a*` methods and `sync_to_async` run there and never close what they open;
+    left open, the connection outlives the test and, on PostgreSQL, keeps the test
+    database from being dropped at the end of the session."""
+    if inspect.iscoroutinefunction(getattr(item, "function", None)):
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=60)
 
 
 def wait_redis(client: redis.Redis, timeout: float) -> None:
@@ -39,7 +66,8 @@ def wait_redis(client: redis.Redis, timeout: float) -> None:
 
 def engine_gauge(engine_url: str, name: str) -> float:
     """The current value of one of the engine's Prometheus gauges, summed over labels."""
-    text = httpx.get(engine_url + "/metrics", timeout=5).text
+    # Generous: a busy machine slows the engine's HTTP server, not what it reports.
+    text = httpx.get(engine_url + "/metrics", timeout=30).text
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)
@@ -50,19 +78,39 @@ def engine_gauge(engine_url: str, name: str) -> float:
 
 @pytest.fixture(scope="session", autouse=True)
 def redis_server():
-    """Use REDIS_URL's Redis; without REDIS_URL, run the bundled one like `make run` does."""
+    """Use REDIS_URL's Redis; without REDIS_URL, run the bundled one like `make run` does.
+
+    Either way the suite works in a database of its own (tests/settings.py), emptied first."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     process = None
-    if "REDIS_URL" not in os.environ:
+    if settings.TEST_BUNDLED_REDIS:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runredis"], cwd=ROOT, stdout=subprocess.DEVNULL
         )
 
     wait_redis(client, 30)
+    client.flushdb()
     yield settings.REDIS_URL
     if process is not None:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_connection_left(django_db_setup, django_db_blocker):
+    """On PostgreSQL, fail the session that leaves a connection to the test database open:
+    it keeps the database from being dropped. Checked after every process the suite
+    started is gone, just before the database is dropped."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, client_port, backend_start, left(query, 200) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        others = cursor.fetchall()
+    assert not others, f"connections to the test database left open: {others}"
 
 
 @pytest.fixture(scope="session")
@@ -94,26 +142,39 @@ def _database_url() -> str:
     return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
+ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
+
+
+def product_env(engine_url: str, **overrides: str) -> dict[str, str]:
+    """The environment of a product process the suite starts: the test database, Redis and
+    engine. Never the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE: a product process must fail
+    on a synchronous ORM call from async code, as it does in production."""
+    env = {name: value for name, value in os.environ.items() if name != ASYNC_UNSAFE}
+    return {
+        **env,
+        "DATABASE_URL": _database_url(),
+        "INFERENCE_URL": engine_url,
+        "REDIS_URL": settings.REDIS_URL,
+        "DATA_DIR": str(settings.DATA_DIR),
+        **overrides,
+    }
+
+
 @dataclass(frozen=True)
 class DaphneServer:
     url: str
     process: subprocess.Popen
+    log: Path
 
 
 @contextmanager
 def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
     """daphne serving the product, as `make run` starts it, on the test database."""
     port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "INFERENCE_URL": engine_url,
-        "REDIS_URL": settings.REDIS_URL,
-        "DATA_DIR": str(settings.DATA_DIR),
-        **env_overrides,
-    }
-    with daphne_running(env, LOGS / f"test-daphne-{port}.log", *daphne_args, port=port) as (base, process):
-        yield DaphneServer(base, process)
+    env = product_env(engine_url, **env_overrides)
+    log = LOGS / f"test-daphne-{port}.log"
+    with daphne_running(env, log, *daphne_args, port=port) as (base, process):
+        yield DaphneServer(base, process, log)
 
 
 @pytest.fixture(scope="session")
@@ -149,7 +210,13 @@ def browser():
     """Debian's Chromium driven by Playwright; missing Chromium fails in CI and skips elsewhere.
 
     Module-scoped: Playwright's sync API runs an event loop in this thread for as
-    long as it is open, which would break every asyncio test that runs after it."""
+    long as it is open, which would break every asyncio test that runs after it.
+
+    For as long as it is open, DJANGO_ALLOW_ASYNC_UNSAFE is set: that loop is marked
+    running in the test's thread, so Django takes the tests' plain synchronous ORM calls
+    (and the test database's own flushes) for calls from async code and refuses them. No
+    product code runs in the test process, and the product processes never inherit the
+    flag (product_env)."""
     import shutil
 
     from playwright.sync_api import sync_playwright
@@ -159,13 +226,20 @@ def browser():
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed (.ci/run installs Debian's package)")
         pytest.skip("chromium is not installed: apt-get install chromium")
-    # Playwright's sync API keeps an event loop in this thread; the ORM calls the
-    # tests make around it are still plain synchronous calls.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv(ASYNC_UNSAFE, "true")
         browser = playwright.chromium.launch(executable_path=executable, args=BROWSER_ARGS)
         yield browser
         browser.close()
+
+
+# Resolves once an image requested now has failed to load, a task later: a payload's own
+# image load or handler, started while the payloads were rendered, has had its turn by then.
+LOADS_SETTLED = """() => new Promise((resolve) => {
+    const probe = new Image();
+    probe.onerror = probe.onload = () => setTimeout(resolve);
+    probe.src = '/static/no-such-image-' + Math.random() + '.png';
+})"""
 
 
 @pytest.fixture
@@ -198,14 +272,7 @@ class CeleryWorker:
     process group so a test can SIGKILL all of it at once, the way a lost machine ends it."""
 
     def __init__(self, engine_url: str, **env: str) -> None:
-        self.env = dict(
-            os.environ,
-            DATABASE_URL=_database_url(),
-            INFERENCE_URL=engine_url,
-            REDIS_URL=settings.REDIS_URL,
-            DATA_DIR=str(settings.DATA_DIR),
-            **env,
-        )
+        self.env = product_env(engine_url, **env)
         self.log_path = LOGS / "test-celery.log"
         self.log_path.write_text("")
         self.process: subprocess.Popen | None = None

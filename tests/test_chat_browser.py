@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from frontend import services
 from frontend.models import Conversation, Message
+from tests.conftest import LOADS_SETTLED
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,7 +53,7 @@ HISTORY = [
 def stored_history(user) -> Conversation:
     """A conversation long enough to scroll, stored as if it had been chatted."""
     conversation = services.conversation_create(
-        user=user, settings_data={"max_tokens": 160, "temperature": 0}
+        user=user, settings_data={"max_tokens": 160, "min_tokens": 160, "temperature": 0}
     )
     for question, answer in HISTORY:
         turn = services.chat_turn_start(user=user, conversation_id=conversation.pk, content=question)
@@ -87,13 +88,18 @@ def test_it_streams_follows_stops_regenerates_edits_flips_and_reloads(page, prod
 
     # Scrolling up to read stops the following: the position stays while text still arrives.
     page.mouse.move(600, 300)
+    page.evaluate(
+        "window.scrolled = new Promise((done) => addEventListener('scrollend', done, {once: true}))"
+    )
     page.mouse.wheel(0, -800)
-    page.wait_for_timeout(300)
+    page.evaluate("window.scrolled")
+    expect(page.locator("#jump")).to_be_visible()
     held = page.evaluate("scrollY")
     before = len(answer.inner_text())
-    page.wait_for_timeout(1000)
-    assert page.locator(".message.assistant.generating").count() == 1, "the answer ended too soon to test"
-    assert len(answer.inner_text()) > before
+    page.wait_for_function(
+        "n => document.querySelector('.message.assistant.generating .body').innerText.length > n",
+        arg=before + 40,
+    )
     assert page.evaluate("scrollY") == held
 
     # Escape stops the answer; the partial text stays, marked stopped.
@@ -295,7 +301,7 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
     )
     assert streamed > 0
     assert page.eval_on_selector("#messages", SAFE_DOM) == []
-    page.wait_for_timeout(300)
+    page.evaluate(LOADS_SETTLED)
     assert page.evaluate("window.__owned") is None
 
     # A 4,000-token answer streamed token by token is parsed about once, not once per token.

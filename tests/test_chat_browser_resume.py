@@ -31,7 +31,7 @@ def grows(page, seconds: float) -> list[int]:
 def test_it_continues_the_answer_after_a_reload_and_in_a_second_tab(page, product_server):
     user = get_user_model().objects.create_user("kate", password="pw-kate-1234")
     conversation = services.conversation_create(
-        user=user, settings_data={"max_tokens": 400, "temperature": 0}
+        user=user, settings_data={"max_tokens": 400, "min_tokens": 400, "temperature": 0}
     )
     log_in(page, product_server, "kate", "pw-kate-1234")
     page.goto(f"{product_server}/c/{conversation.pk}/")

@@ -45,6 +45,17 @@ def test_it_streams_tokens_and_serves_the_second_turn_from_the_prefix_cache(ws_u
         assert stored.content == "".join(t["text"] for t in tokens)
 
 
+def test_it_runs_an_answer_to_the_conversations_minimum_length(ws_url, origin, user):
+    conversation = long_answer_conversation(user, max_tokens=40)
+    with open_chat(ws_url, origin, user) as ws:
+        send(ws, {"type": "chat.send", "conversation": conversation, "content": "Reply with one word: yes."})
+        started, tokens, done = collect_answer(ws)
+    assert done["type"] == "chat.done", done
+    assert (done["status"], done["finish_reason"]) == ("complete", "length")
+    assert done["usage"]["completion_tokens"] == 40
+    assert Message.objects.get(pk=started["message"]).completion_tokens == 40
+
+
 def test_it_aborts_the_engine_request_and_keeps_the_partial_answer_on_stop(ws_url, origin, user, engine_url):
     with open_chat(ws_url, origin, user) as ws:
         send(

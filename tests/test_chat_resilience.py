@@ -7,11 +7,14 @@ from datetime import timedelta
 
 import pytest
 import redis
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from frontend import consumers, services
+from frontend import consumers, services, streams
+from frontend.generation import Generation
 from frontend.models import Conversation, Message
+from frontend.redisconn import redis_client
 from frontend.streams import alive_key
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
@@ -57,6 +60,21 @@ async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_th
     done = await second.receive_json_from(timeout=5)
     assert (done["type"], done["content"]) == ("chat.done", "abcde")
     await second.disconnect()
+
+
+async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(alice):
+    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    # Another process asks to stop it before this one has subscribed to the stop channel.
+    await streams.request_stop(r, turn.assistant_message_id)
+    fake = FakeEngine(["one "], hang=True)
+    await streams.open_stream(r, turn.assistant_message_id)
+    generation = Generation(turn, user_id=alice.pk, engine=fake)
+    done, _ = await asyncio.wait([generation.start()], timeout=10)
+    assert done, "the answer did not stop"
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert stored.status == Message.Status.STOPPED
+    assert not await r.exists(streams.stop_key(turn.assistant_message_id))
 
 
 async def test_it_stops_an_answer_from_another_tab_and_keeps_the_partial_text(alice, monkeypatch):

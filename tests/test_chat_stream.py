@@ -156,7 +156,7 @@ async def test_it_ends_with_an_error_event_when_the_engine_fails_mid_answer(alic
 
 def test_it_streams_the_real_engines_tokens_as_they_are_made(product_server, django_user_model):
     user = django_user_model.objects.create_user("erin", password="pw-erin-12345")
-    conversation = Conversation.objects.create(owner=user, max_tokens=48, temperature=0)
+    conversation = Conversation.objects.create(owner=user, max_tokens=48, min_tokens=48, temperature=0)
     headers = bearer(user)
     arrivals = []
     events = []
@@ -185,7 +185,7 @@ def test_it_streams_the_real_engines_tokens_as_they_are_made(product_server, dja
 
 def test_it_stops_the_answer_when_the_client_goes_away(product_server, django_user_model):
     user = django_user_model.objects.create_user("fred", password="pw-fred-12345")
-    conversation = Conversation.objects.create(owner=user, max_tokens=400)
+    conversation = Conversation.objects.create(owner=user, max_tokens=400, min_tokens=400)
     tokens = 0
     with httpx.stream(
         "POST",

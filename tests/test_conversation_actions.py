@@ -42,7 +42,12 @@ def test_it_renames_changes_settings_and_deletes(browser, alice):
     base = f"/c/{turn.conversation_id}"
     assert post(browser, base + "/rename", {"title": "Greetings"}).json()["title"] == "Greetings"
     response = post(browser, base + "/settings", {"system_prompt": "Pirate.", "temperature": 1.5})
-    assert response.json() == {"system_prompt": "Pirate.", "temperature": 1.5, "max_tokens": None}
+    assert response.json() == {
+        "system_prompt": "Pirate.",
+        "temperature": 1.5,
+        "max_tokens": None,
+        "min_tokens": None,
+    }
     response = post(browser, base + "/settings", {"temperature": 9})
     assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_field")
     response = post(browser, base + "/settings", {"system_prompt": "x" * 10_000})

@@ -125,16 +125,25 @@ def test_it_leaves_failed_and_empty_answers_out_of_the_prompt(alice):
 
 def test_it_uses_the_conversations_own_settings_for_its_answers(alice, settings):
     conversation = services.conversation_create(
-        user=alice, settings_data={"system_prompt": "Be brief.", "temperature": 0, "max_tokens": 16}
+        user=alice,
+        settings_data={"system_prompt": "Be brief.", "temperature": 0, "max_tokens": 16, "min_tokens": 8},
     )
     turn = services.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Hi")
-    assert (turn.system_prompt, turn.temperature, turn.max_tokens) == ("Be brief.", 0.0, 16)
+    assert (turn.system_prompt, turn.temperature, turn.max_tokens, turn.min_tokens) == (
+        "Be brief.",
+        0.0,
+        16,
+        8,
+    )
     services.conversation_update_settings(
-        user=alice, conversation_id=conversation.pk, data={"temperature": None, "max_tokens": None}
+        user=alice,
+        conversation_id=conversation.pk,
+        data={"temperature": None, "max_tokens": None, "min_tokens": None},
     )
     answered(turn, "Hello")
     later = services.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Again")
-    assert (later.temperature, later.max_tokens) == (settings.CHAT_TEMPERATURE, settings.CHAT_MAX_TOKENS)
+    defaults = (settings.CHAT_TEMPERATURE, settings.CHAT_MAX_TOKENS, 0)
+    assert (later.temperature, later.max_tokens, later.min_tokens) == defaults
     assert Conversation.objects.get(pk=conversation.pk).title == "Hi"
 
 
@@ -148,6 +157,9 @@ def test_it_uses_the_conversations_own_settings_for_its_answers(alice, settings)
         ({"max_tokens": 0}, "invalid_field"),
         ({"max_tokens": 1.5}, "invalid_field"),
         ({"max_tokens": 10**6}, "invalid_field"),
+        ({"min_tokens": -1}, "invalid_field"),
+        ({"min_tokens": 2.5}, "invalid_field"),
+        ({"min_tokens": 10**6}, "invalid_field"),
         ({"system_prompt": 7}, "invalid_field"),
         ({"system_prompt": "x" * 5000}, "too_large"),
     ],

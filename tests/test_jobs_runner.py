@@ -6,7 +6,6 @@ import pytest
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connections
 
 from jobs import services
 from jobs.ingest import DocumentError
@@ -25,13 +24,6 @@ def fast(settings):
     settings.BULK_SHAPER_INTERVAL = 0.02
     settings.BULK_QUIET_SECONDS = 0.0
     settings.BULK_MAX_ATTEMPTS = 2
-
-
-@pytest.fixture(autouse=True)
-async def close_connections():
-    yield
-    # The runner's ORM calls ran in asgiref's thread; its connection must not outlive the test.
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture
@@ -205,15 +197,26 @@ async def test_it_leaves_a_job_to_the_runner_that_holds_it(settings):
     assert await Document.objects.filter(job=job, status="pending").acount() == 2
 
 
+class CountingShaper(Shaper):
+    """Counts the runner's shaping rounds: each is a point where it would start work if let."""
+
+    rounds = 0
+
+    def update(self, signal):
+        self.rounds += 1
+        return super().update(signal)
+
+
 async def test_it_pauses_while_chat_is_active_when_told_to_and_resumes_after(chat_key):
     await chat_key.set(CHAT_ACTIVE_KEY, 1)
     job = await aqueued_job(documents(3))
     engine = BulkFakeEngine(delay=0)
-    shaper = Shaper(maximum=4, minimum=1, while_chat=0, quiet_seconds=0)
+    shaper = CountingShaper(maximum=4, minimum=1, while_chat=0, quiet_seconds=0)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
     )
-    await asyncio.sleep(0.3)
+    assert await until(lambda: shaper.rounds >= 5), "the runner made no shaping rounds"
+    assert (shaper.chat_busy, shaper.limit) == (True, 0)
     assert not run.done() and engine.requests == []
     await chat_key.delete(CHAT_ACTIVE_KEY)
     assert await run == "finished"

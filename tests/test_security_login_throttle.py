@@ -74,6 +74,7 @@ def test_it_forgets_a_usernames_failures_once_it_logs_in(client):
     assert log_in(client, user.username, "pw-right-12345", fresh_address()).status_code == 302
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_it_throttles_requests_served_asynchronously(async_client, settings):
     # The test ASGI client always comes from 127.0.0.1: only the username's count is under test here.
     settings.LOGIN_FAILURES_PER_IP = 1000

@@ -16,15 +16,8 @@ from tests.conftest import ROOT, running_daphne
 
 PRODUCTION_KEY = "k3y-for-tests-only-" + "x7Qp2Lm9Zr4Vt8Nw1Bc6Hj5Fd0Sg3Ka" * 2
 PRODUCTION = {"DEBUG": "false", "SECRET_KEY": PRODUCTION_KEY, "ALLOWED_HOSTS": "chat.example.com"}
-# Cleared for the subprocess; the browser fixture sets the last one for Playwright's event loop.
-SETTINGS_VARIABLES = (
-    "DEBUG",
-    "SECRET_KEY",
-    "ALLOWED_HOSTS",
-    "SECURE_SSL_REDIRECT",
-    "SECURE_COOKIES",
-    "DJANGO_ALLOW_ASYNC_UNSAFE",
-)
+# Cleared for the subprocess.
+SETTINGS_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT", "SECURE_COOKIES")
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:

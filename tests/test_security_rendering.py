@@ -20,7 +20,7 @@ from django.contrib.auth import get_user_model
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
-from tests.conftest import running_daphne
+from tests.conftest import LOADS_SETTLED, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,7 +203,7 @@ def assert_safe_chat(page) -> None:
 
 
 def assert_nothing_ran(page) -> None:
-    page.wait_for_timeout(300)
+    page.evaluate(LOADS_SETTLED)
     assert page.evaluate("window.__owned") is None
     assert page.evaluate("window.__violations") == []
     for url, headers in page.documents:
@@ -297,7 +297,7 @@ def test_it_runs_no_payload_from_documents_in_the_admins_job_views(watched, site
         assert page.eval_on_selector("#content", ADMIN_SAFE_DOM) == [], path
     page.goto(f"{site}/admin/jobs/job/{job.pk}/change/")
     assert PAYLOADS[0] in page.locator("#content").inner_text()
-    page.wait_for_timeout(2500)  # a poll of the live progress has run
+    page.wait_for_selector("[data-job-progress][data-status]", state="attached")  # a poll has rendered
     assert_nothing_ran(page)
 
     # The staff dashboard, the admin index and the login form send the policy too.

@@ -397,8 +397,12 @@
     settingsForm.max_tokens.placeholder = "default " + defaults.max_tokens;
     settingsForm.max_tokens.min = limits.max_tokens.min;
     settingsForm.max_tokens.max = limits.max_tokens.max;
+    settingsForm.min_tokens.value = current.min_tokens != null ? current.min_tokens : "";
+    settingsForm.min_tokens.min = limits.min_tokens.min;
+    settingsForm.min_tokens.max = limits.min_tokens.max;
     dialog.querySelector('[data-for="temperature"]').textContent = limits.temperature.min + "–" + limits.temperature.max;
     dialog.querySelector('[data-for="max_tokens"]').textContent = limits.max_tokens.min + "–" + limits.max_tokens.max;
+    dialog.querySelector('[data-for="min_tokens"]').textContent = limits.min_tokens.min + "–" + limits.min_tokens.max;
     settingsError.textContent = "";
     dialog.showModal();
   }
@@ -411,6 +415,7 @@
       system_prompt: settingsForm.system_prompt.value,
       temperature: number(settingsForm.temperature),
       max_tokens: number(settingsForm.max_tokens),
+      min_tokens: number(settingsForm.min_tokens),
     };
     try {
       if (conversation) {

@@ -1,0 +1,36 @@
+"""The product's settings, on a Redis database of the test suite's own.
+
+As Django runs the suite on a test database beside the configured one, the suite runs
+on another database of REDIS_URL's server (15, or 14 where REDIS_URL names 15) and
+empties it when the session starts (tests/conftest.py): what a previous run left there
+(rate-limit windows, admission leases, heartbeats) is keyed by ids that a new test
+database hands out again. Processes the suite starts get this REDIS_URL and the
+product's own settings module.
+"""
+
+import importlib
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+from chatsite import settings as product
+
+# Without REDIS_URL the suite starts the bundled Redis, as `make run` does.
+TEST_BUNDLED_REDIS = "REDIS_URL" not in os.environ
+
+
+def _test_database(url: str) -> str:
+    parts = urlsplit(url)
+    configured = parts.path.strip("/") or "0"
+    return urlunsplit(parts._replace(path="/14" if configured == "15" else "/15"))
+
+
+# Read again with the suite's REDIS_URL, so everything made from it (the channel layer,
+# the Celery broker) follows.
+os.environ["REDIS_URL"] = _test_database(product.REDIS_URL)
+importlib.reload(product)
+
+from chatsite.settings import *  # noqa: E402, F403
+
+# This process has its settings now; the processes it starts (daphne, Celery, manage.py)
+# are the product's, on the suite's REDIS_URL.
+os.environ["DJANGO_SETTINGS_MODULE"] = "chatsite.settings"
