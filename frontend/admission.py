@@ -3,7 +3,7 @@
 Three limits: answers generating at once per user and in total (leases in sorted
 sets, scored by expiry so a dead process's slots free themselves), and messages per
 user per minute (the `limits` library's moving window). Past any of them the caller
-gets `Busy` with a retry-after; the queue is never unbounded.
+gets `busy` (protocol.busy) with a retry-after; the queue is never unbounded.
 
 The per-user rate uses a maintained library; the concurrency leases are a short
 Lua script because `limits` counts events in windows and has no notion of a slot
@@ -22,6 +22,8 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+from frontend import protocol
+
 ACTIVE_KEY = "chat:generations:active"
 
 _ACQUIRE = """
@@ -34,13 +36,6 @@ redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 return 0
 """
-
-
-class Busy(Exception):
-    def __init__(self, reason: str, retry_after: float):
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -71,7 +66,7 @@ def _rate_limiter() -> MovingWindowRateLimiter:
 
 
 async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
-    """Take a generation slot for the user, or raise Busy."""
+    """Take a generation slot for the user, or raise protocol.busy's Refusal."""
     lease = Lease(user_id=user_id, member=uuid.uuid4().hex)
     now = time.time()
     lease_seconds = settings.CHAT_LEASE_SECONDS
@@ -88,15 +83,15 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
         int(lease_seconds) + 1,
     )
     if refused == 1:
-        raise Busy("user_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
+        raise protocol.busy("user_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
     if refused == 2:
-        raise Busy("total_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
+        raise protocol.busy("total_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
     item = RateLimitItemPerMinute(settings.CHAT_MESSAGES_PER_MINUTE)
     limiter = _rate_limiter()
     if not await limiter.hit(item, "chat-messages", str(user_id)):
         await release(r, lease)
         stats = await limiter.get_window_stats(item, "chat-messages", str(user_id))
-        raise Busy("user_rate", max(1.0, stats.reset_time - time.time()))
+        raise protocol.busy("user_rate", max(1.0, stats.reset_time - time.time()))
     return lease
 
 

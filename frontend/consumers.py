@@ -8,17 +8,16 @@ frames (stop, new messages) while tokens flow.
 """
 
 import asyncio
-import json
 import logging
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
-from frontend import admission, selectors, services, streams
+from frontend import protocol, selectors, services, streams
 from frontend.generation import RUNNING, answer_start
 from frontend.models import Message
+from frontend.protocol import Refusal
 from frontend.redisconn import redis_client
 from inference.engine import engine_client
 from monitoring import metrics
@@ -30,61 +29,7 @@ def session_group(session_key: str) -> str:
     return f"session-{session_key}"
 
 
-class FrameError(Exception):
-    def __init__(self, code: str, detail: str, **extra):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-        self.extra = extra
-
-
-def _id_field(frame: dict, name: str, *, nullable: bool = False) -> int | None:
-    if name not in frame:
-        raise FrameError("invalid_field", f"'{name}' is required")
-    value = frame[name]
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FrameError("invalid_field", f"'{name}' must be a positive integer id")
-    return value
-
-
-def _content_field(frame: dict) -> str:
-    content = frame.get("content")
-    if not isinstance(content, str) or not content.strip():
-        raise FrameError("invalid_field", "'content' must be a non-empty string")
-    if len(content) > settings.CHAT_MAX_CONTENT_CHARS:
-        raise FrameError(
-            "too_large", f"'content' is longer than {settings.CHAT_MAX_CONTENT_CHARS} characters"
-        )
-    return content
-
-
-def _stored_frame(message: Message) -> dict:
-    """The closing frame of an answer that has ended, rebuilt from the store."""
-    if message.status in {Message.Status.COMPLETE, Message.Status.STOPPED}:
-        data = selectors.message_as_dict(message)
-        return {
-            "type": "chat.done",
-            "message": message.pk,
-            "status": message.status,
-            "finish_reason": message.finish_reason,
-            "usage": data["usage"],
-            "ttft_ms": message.ttft_ms,
-            "note": message.note,
-            "content": message.content,
-        }
-    return {
-        "type": "chat.error",
-        "message": message.pk,
-        "status": message.status,
-        "code": message.error_code or "interrupted",
-        "detail": message.note or "The answer did not finish.",
-        "content": message.content,
-    }
-
-
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         """Accept logged-in users only; anyone else is refused at the handshake."""
         self.user = self.scope.get("user")
@@ -113,47 +58,27 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """The session logged out: close with 4401 so the page goes to the login form."""
         await self.close(code=4401)
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
         """Decode one frame and dispatch it by type ("chat.send" -> chat_send)."""
         try:
-            frame = self._decode(text_data, bytes_data)
-            handler = {
-                "chat.send": self.chat_send,
-                "chat.stop": self.chat_stop,
-                "chat.resume": self.chat_resume,
-                "chat.regenerate": self.chat_regenerate,
-                "chat.edit": self.chat_edit,
-            }.get(frame["type"])
-            if handler is None:
-                raise FrameError("unknown_type", f"unknown frame type {frame['type']!r}")
-            await handler(frame)
-        except FrameError as exc:
-            await self.send_json({"type": "chat.error", "code": exc.code, "detail": exc.detail, **exc.extra})
+            if text_data is None:
+                raise Refusal("binary_frame", "frames must be JSON text")
+            frame = protocol.decode(text_data)
+            if frame["type"] not in protocol.CLIENT_FRAMES:
+                raise Refusal("unknown_type", f"unknown frame type {frame['type']!r}")
+            await getattr(self, frame["type"].replace(".", "_"))(frame)
+        except Refusal as refusal:
+            await self.send_json(refusal.frame())
         except RedisError:
             log.warning("chat frame refused: Redis unavailable", exc_info=True)
-            await self.send_json(
-                {"type": "chat.error", "code": "redis_unavailable", "detail": "Try again in a moment."}
-            )
-
-    def _decode(self, text_data: str | None, bytes_data: bytes | None) -> dict:
-        if text_data is None:
-            raise FrameError("binary_frame", "frames must be JSON text")
-        if len(text_data) > settings.CHAT_MAX_CONTENT_CHARS * 2 + 1024:
-            raise FrameError("too_large", "frame too large")
-        try:
-            frame = json.loads(text_data)
-        except json.JSONDecodeError as exc:
-            raise FrameError("invalid_json", f"invalid JSON: {exc.msg}") from None
-        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            raise FrameError("invalid_frame", "a frame is a JSON object with a string 'type'")
-        return frame
+            await self.send_json(protocol.error("redis_unavailable", "Try again in a moment."))
 
     async def chat_send(self, frame: dict) -> None:
         """Store the user's message, announce the answer, and start generating it."""
-        conversation_id = _id_field(frame, "conversation", nullable=True)
+        conversation_id = protocol.id_field(frame, "conversation", nullable=True)
         # Optional: the message the new one follows (another version's); default the shown one.
-        parent_id = _id_field(frame, "parent", nullable=True) if "parent" in frame else None
-        content = _content_field(frame)
+        parent_id = protocol.id_field(frame, "parent", nullable=True, required=False)
+        content = protocol.content_field(frame)
         await self._start_answer(
             services.chat_turn_start,
             conversation_id=conversation_id,
@@ -163,13 +88,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def chat_regenerate(self, frame: dict) -> None:
         """Answer again the user message that answer `message` replied to, as a new version."""
-        message_id = _id_field(frame, "message")
+        message_id = protocol.id_field(frame, "message")
         await self._branch(services.chat_turn_regenerate, message_id=message_id)
 
     async def chat_edit(self, frame: dict) -> None:
         """Send an edited copy of user message `message` as a new version of its turn."""
-        message_id = _id_field(frame, "message")
-        content = _content_field(frame)
+        message_id = protocol.id_field(frame, "message")
+        content = protocol.content_field(frame)
         await self._branch(services.chat_turn_edit, message_id=message_id, content=content)
 
     async def _branch(self, start_turn, *, message_id: int, **arguments) -> None:
@@ -179,37 +104,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _owned_message(self, message_id: int) -> Message:
         message = await database_sync_to_async(selectors.message_get)(user=self.user, message_id=message_id)
         if message is None:
-            raise FrameError("not_found", "no such message", message=message_id)
+            raise Refusal("not_found", "no such message", message=message_id)
         return message
 
     async def _start_answer(self, start_turn, **arguments) -> None:
         """Start an answer (frontend.generation.answer_start), announce it, and follow it."""
-        try:
-            generation = await answer_start(
-                user=self.user, engine=engine_client(), start_turn=start_turn, **arguments
-            )
-        except admission.Busy as exc:
-            metrics.admission_refused(exc.reason)
-            raise FrameError(
-                "busy",
-                "Too many answers at once; try again shortly.",
-                reason=exc.reason,
-                retry_after=round(exc.retry_after, 1),
-            ) from None
-        except services.NotFound:
-            raise FrameError("not_found", "no such conversation or message") from None
-        except services.Refused as exc:
-            raise FrameError(exc.code, exc.detail, **exc.extra) from None
-        turn = generation.turn
-        await self.send_json(
-            {
-                "type": "chat.started",
-                "conversation": turn.conversation_id,
-                "message": turn.assistant_message_id,
-                "user_message": turn.user_message_id,
-            }
+        generation = await answer_start(
+            user=self.user, engine=engine_client(), start_turn=start_turn, **arguments
         )
-        self._follow(turn.assistant_message_id, after=-1)
+        await self.send_json(protocol.started(generation.turn))
+        self._follow(generation.message_id, after=-1)
 
     def _follow(self, message_id: int, after: int) -> None:
         previous = self.followers.pop(message_id, None)
@@ -228,45 +132,34 @@ class ChatConsumer(AsyncWebsocketConsumer):
         try:
             async for frame in streams.follow(redis_client(), message_id, after):
                 await self.send_json(frame)
-                if frame["type"] in streams.TERMINAL:
+                if frame["type"] in protocol.TERMINAL:
                     return
         except RedisError:
-            await self.send_json(
-                {
-                    "type": "chat.error",
-                    "code": "stream_unavailable",
-                    "detail": "Lost the token stream; resume to continue.",
-                    "message": message_id,
-                }
-            )
+            detail = "Lost the token stream; resume to continue."
+            await self.send_json(protocol.error("stream_unavailable", detail, message=message_id))
             return
         # The stream ended without a closing frame: it expired, or its process died.
         message = await Message.objects.aget(pk=message_id)
-        await self.send_json(_stored_frame(message))
+        await self.send_json(protocol.closing(message))
 
     async def chat_resume(self, frame: dict) -> None:
         """Send the frames of answer `message` after token `after`, then the live rest."""
-        message_id = _id_field(frame, "message")
-        after = frame.get("after", -1)
-        if isinstance(after, bool) or not isinstance(after, int) or after < -1:
-            raise FrameError("invalid_field", "'after' must be a token seq (or -1 for all)")
+        message_id = protocol.id_field(frame, "message")
+        after = protocol.seq_field(frame, "after")
         message = await self._owned_message(message_id)
         if message.status == Message.Status.GENERATING or await streams.exists(redis_client(), message_id):
             self._follow(message_id, after)
         else:
-            await self.send_json(_stored_frame(message))
+            await self.send_json(protocol.closing(message))
 
     async def chat_stop(self, frame: dict) -> None:
         """Stop an answer of this user, from whichever tab or process it runs in."""
-        message_id = _id_field(frame, "message")
+        message_id = protocol.id_field(frame, "message")
         message = await self._owned_message(message_id)
         if message.status != Message.Status.GENERATING:
-            raise FrameError("not_running", "that answer is not being generated", message=message_id)
+            raise Refusal("not_running", "that answer is not being generated", message=message_id)
         generation = RUNNING.get(message_id)
         if generation is not None:
             generation.stop("user")
         else:
             await streams.request_stop(redis_client(), message_id)
-
-    async def send_json(self, content: dict) -> None:
-        await self.send(text_data=json.dumps(content))

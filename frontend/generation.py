@@ -26,8 +26,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from frontend import admission, services, streams
+from frontend import admission, protocol, services, streams
 from frontend.models import Message
+from frontend.protocol import Refusal
 from frontend.redisconn import redis_client
 from frontend.streams import alive_key, stop_channel, stop_key
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
@@ -223,15 +224,7 @@ class Generation:
                             if ttft_ms is None:
                                 ttft_ms = elapsed_ms()
                             self._parts.append(event.text)
-                            await self._publish(
-                                r,
-                                {
-                                    "type": "chat.token",
-                                    "message": self.message_id,
-                                    "seq": self._seq,
-                                    "text": event.text,
-                                },
-                            )
+                            await self._publish(r, protocol.token(self.message_id, self._seq, event.text))
                             self._seq += 1
                             timer.reschedule(
                                 next_deadline(settings.CHAT_TOKEN_TIMEOUT, "timeout_between_tokens")
@@ -269,10 +262,15 @@ class Generation:
                 ttft_ms=ttft_ms,
                 duration_ms=elapsed_ms(),
             )
-            frame = {"type": "chat.error", "code": code, "detail": detail, "message": self.message_id}
-            frame.update(status=status, content="".join(self._parts))
-            if isinstance(exc, EngineError):
-                frame.update(exc.extra)
+            extra = exc.extra if isinstance(exc, EngineError) else {}
+            frame = protocol.failed(
+                self.message_id,
+                code=code,
+                detail=detail,
+                status=status,
+                content="".join(self._parts),
+                **extra,
+            )
             await self._close_stream(r, frame)
             return
         fields = dict(
@@ -289,20 +287,17 @@ class Generation:
         await self._close_stream(r, self._done_frame(fields, completion))
 
     def _done_frame(self, fields: dict, completion: Completion) -> dict:
-        return {
-            "type": "chat.done",
-            "message": self.message_id,
-            "status": fields["status"],
-            "finish_reason": fields["finish_reason"],
-            "usage": {
-                "prompt_tokens": completion.prompt_tokens,
-                "cached_tokens": completion.cached_tokens,
-                "completion_tokens": completion.completion_tokens,
-            },
-            "ttft_ms": fields["ttft_ms"],
-            "note": fields["note"],
-            "content": "".join(self._parts),
-        }
+        return protocol.done(
+            self.message_id,
+            status=fields["status"],
+            finish_reason=fields["finish_reason"],
+            usage=protocol.usage(
+                completion.prompt_tokens, completion.cached_tokens, completion.completion_tokens
+            ),
+            ttft_ms=fields["ttft_ms"],
+            note=fields["note"],
+            content="".join(self._parts),
+        )
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
@@ -330,11 +325,15 @@ async def answer_start(
     """Admit an answer, store its turn, open its stream and start generating it.
 
     The one way an answer begins, for the WebSocket and the HTTP stream alike.
-    Raises admission.Busy (nothing stored), and whatever `start_turn` raises
-    (services.NotFound, services.Refused) after giving the slot back.
+    Raises protocol.Refusal: `busy` (nothing stored), or whatever `start_turn` refuses,
+    after giving the slot back.
     """
     r = redis_client()
-    lease = await admission.admit(r, user_id=user.pk)
+    try:
+        lease = await admission.admit(r, user_id=user.pk)
+    except Refusal as refusal:
+        metrics.admission_refused(refusal.extra["reason"])
+        raise
     try:
         turn = await database_sync_to_async(start_turn)(user=user, **arguments)
     except BaseException:

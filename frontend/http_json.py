@@ -12,7 +12,7 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-from frontend import services
+from frontend.protocol import Refusal
 
 
 class ApiError(Exception):
@@ -30,12 +30,11 @@ class ApiError(Exception):
         return response
 
 
-# How a store refusal reads over HTTP.
-_REFUSAL_STATUS = {"too_large": 413, "conversation_busy": 409}
-
-
-def refused(exc: services.Refused) -> ApiError:
-    return ApiError(_REFUSAL_STATUS.get(exc.code, 400), exc.code, exc.detail)
+def refused(refusal: Refusal) -> ApiError:
+    """A protocol refusal as HTTP: its status, and Retry-After where it says when to retry."""
+    retry_after = refusal.extra.get("retry_after")
+    headers = {"Retry-After": str(round(retry_after))} if retry_after else None
+    return ApiError(refusal.status, refusal.code, refusal.detail, headers)
 
 
 def not_found(what: str) -> ApiError:
@@ -72,16 +71,14 @@ def check_csrf(request: HttpRequest) -> None:
 
 
 def json_errors(view: Callable) -> Callable:
-    """Turn ApiError (and the store's NotFound / Refused) raised by a view into JSON responses."""
+    """Turn ApiError and protocol refusals raised by a view into JSON responses."""
 
     def convert(exc: Exception) -> JsonResponse:
-        if isinstance(exc, services.NotFound):
-            return not_found("conversation or message").response()
-        if isinstance(exc, services.Refused):
+        if isinstance(exc, Refusal):
             return refused(exc).response()
         return exc.response()
 
-    caught = (ApiError, services.NotFound, services.Refused)
+    caught = (ApiError, Refusal)
     if iscoroutinefunction(view):
 
         @wraps(view)

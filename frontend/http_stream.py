@@ -24,19 +24,12 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import auser_for_request
 from apitokens.models import Scope
-from frontend import admission, services, streams
+from frontend import protocol, services, streams
 from frontend.generation import Generation, answer_start
-from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
+from frontend.http_json import ApiError, check_csrf, json_errors, read_json, refused, unauthenticated
+from frontend.protocol import Refusal
 from frontend.redisconn import redis_client
 from inference.engine import engine_client
-from monitoring import metrics
-
-# Failures before the first token, as HTTP statuses.
-_ERROR_STATUS = {
-    "prompt_too_long": 400,
-    "engine_rejected": 400,
-    "internal_error": 500,
-}
 
 
 def _event(payload: dict | str) -> bytes:
@@ -63,18 +56,8 @@ def _as_event(frame: dict, turn: services.Turn) -> dict:
 
 
 def _check_request(data: dict) -> tuple[str, int | None]:
-    prompt = data.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise ApiError(400, "invalid_field", "'prompt' must be a non-empty string")
-    if len(prompt) > settings.CHAT_MAX_CONTENT_CHARS:
-        limit = settings.CHAT_MAX_CONTENT_CHARS
-        raise ApiError(413, "too_large", f"'prompt' is longer than {limit} characters")
-    conversation = data.get("conversation")
-    if conversation is not None and (
-        isinstance(conversation, bool) or not isinstance(conversation, int) or conversation < 1
-    ):
-        raise ApiError(400, "invalid_field", "'conversation' must be a conversation id or absent")
-    return prompt, conversation
+    prompt = protocol.content_field(data, "prompt")
+    return prompt, protocol.id_field(data, "conversation", nullable=True, required=False)
 
 
 async def _events(first: dict, frames: AsyncIterator[dict], generation: Generation) -> AsyncIterator[bytes]:
@@ -82,7 +65,7 @@ async def _events(first: dict, frames: AsyncIterator[dict], generation: Generati
         frame = first
         while True:
             yield _event(_as_event(frame, generation.turn))
-            if frame["type"] in streams.TERMINAL:
+            if frame["type"] in protocol.TERMINAL:
                 break
             frame = await anext(frames)
         yield _event("[DONE]")
@@ -93,25 +76,6 @@ async def _events(first: dict, frames: AsyncIterator[dict], generation: Generati
             generation.stop("disconnect")
         await asyncio.wait([generation.task])
         await frames.aclose()
-
-
-async def _start(user, prompt: str, conversation_id: int | None) -> Generation:
-    try:
-        return await answer_start(
-            user=user,
-            engine=engine_client(),
-            start_turn=services.chat_turn_start,
-            conversation_id=conversation_id,
-            content=prompt,
-        )
-    except admission.Busy as exc:
-        metrics.admission_refused(exc.reason)
-        raise ApiError(
-            429,
-            "busy",
-            "Too many answers at once; try again shortly.",
-            {"Retry-After": str(round(exc.retry_after))},
-        ) from None
 
 
 @csrf_exempt
@@ -128,10 +92,13 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
     prompt, conversation_id = _check_request(
         read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 + 1024)
     )
-    try:
-        generation = await _start(user, prompt, conversation_id)
-    except services.NotFound:
-        raise not_found("conversation") from None
+    generation = await answer_start(
+        user=user,
+        engine=engine_client(),
+        start_turn=services.chat_turn_start,
+        conversation_id=conversation_id,
+        content=prompt,
+    )
     frames = streams.follow(redis_client(), generation.message_id)
     try:
         first = await anext(frames)
@@ -141,13 +108,7 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
         raise
     if first["type"] == "chat.error":
         await frames.aclose()
-        retry_after = first.get("retry_after")
-        raise ApiError(
-            _ERROR_STATUS.get(first["code"], 503),
-            first["code"],
-            first["detail"],
-            {"Retry-After": str(round(retry_after))} if retry_after else None,
-        )
+        raise refused(Refusal(first["code"], first["detail"], retry_after=first.get("retry_after")))
     return StreamingHttpResponse(
         _events(first, frames, generation),
         content_type="text/event-stream",

@@ -1,5 +1,5 @@
 """Changes to the conversation store. Consumers and views call these; nothing else
-writes messages."""
+writes messages. What they refuse, they refuse with a protocol.Refusal."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -13,24 +13,16 @@ from django.utils import timezone
 
 from frontend import selectors
 from frontend.models import Conversation, Message
+from frontend.protocol import Refusal
 from frontend.streams import alive_key
 
 TITLE_LENGTH = 60
 TEMPERATURE_BOUNDS = (0.0, 2.0)
 
 
-class NotFound(Exception):
-    pass
-
-
-class Refused(Exception):
-    """A request the store will not carry out; `code` is stable and client-facing."""
-
-    def __init__(self, code: str, detail: str, **extra):
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-        self.extra = extra
+def _missing(what: str) -> Refusal:
+    # Another user's ids read the same as missing ones.
+    return Refusal("not_found", f"no such {what}")
 
 
 @dataclass(frozen=True)
@@ -55,9 +47,9 @@ def _title_from(content: str) -> str:
 def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Message:
     message = selectors.message_get(user=user, message_id=message_id)
     if message is None:
-        raise NotFound(message_id)
+        raise _missing("message")
     if message.role != role:
-        raise Refused("invalid_field", f"message {message_id} is not a {role} message")
+        raise Refusal("invalid_field", f"message {message_id} is not a {role} message")
     return message
 
 
@@ -70,7 +62,7 @@ def _refuse_if_busy(conversation: Conversation, messages: Iterable[Message] | No
     else:
         busy = any(m.status == Message.Status.GENERATING for m in messages)
     if busy:
-        raise Refused(
+        raise Refusal(
             "conversation_busy",
             "an answer is still being generated in this conversation",
             conversation=conversation.pk,
@@ -132,19 +124,19 @@ def chat_turn_start(
     # On the path of every answer's first token: as few queries as it takes.
     if conversation_id is None:
         if parent_id is not None:
-            raise NotFound(parent_id)  # a new conversation has no messages to follow
+            raise _missing("message")  # a new conversation has no messages to follow
         conversation = Conversation.objects.create(
             owner=user, system_prompt=settings.CHAT_SYSTEM_PROMPT, title=_title_from(content)
         )
         return _ask(conversation, None, content, earlier=[])
     conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
     if conversation is None:
-        raise NotFound(conversation_id)
+        raise _missing("conversation")
     messages = {m.pk: m for m in conversation.messages.all()}
     parent_key = conversation.current_leaf_id if parent_id is None else parent_id
     parent = messages.get(parent_key) if parent_key is not None else None
     if parent_id is not None and parent is None:
-        raise NotFound(parent_id)
+        raise _missing("message")
     _refuse_if_busy(conversation, messages.values())
     earlier = [] if parent is None else selectors.message_path(message=parent, messages=messages)
     return _ask(conversation, parent, content, earlier)
@@ -199,7 +191,7 @@ def message_finish(
 def _owned_conversation(user: AbstractBaseUser, conversation_id: int) -> Conversation:
     conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
     if conversation is None:
-        raise NotFound(conversation_id)
+        raise _missing("conversation")
     return conversation
 
 
@@ -215,28 +207,28 @@ def _checked_settings(data: dict) -> dict:
     if "system_prompt" in data:
         prompt = data["system_prompt"]
         if not isinstance(prompt, str):
-            raise Refused("invalid_field", "'system_prompt' must be a string")
+            raise Refusal("invalid_field", "'system_prompt' must be a string")
         if len(prompt) > settings.CHAT_SYSTEM_PROMPT_MAX_CHARS:
             limit = settings.CHAT_SYSTEM_PROMPT_MAX_CHARS
-            raise Refused("too_large", f"'system_prompt' is longer than {limit} characters")
+            raise Refusal("too_large", f"'system_prompt' is longer than {limit} characters")
         checked["system_prompt"] = prompt
     if "temperature" in data:
         value = data["temperature"]
         low, high = TEMPERATURE_BOUNDS
         if value is not None and not (_is_number(value, float) and low <= value <= high):
-            raise Refused("invalid_field", f"'temperature' must be a number from {low:g} to {high:g} or null")
+            raise Refusal("invalid_field", f"'temperature' must be a number from {low:g} to {high:g} or null")
         checked["temperature"] = None if value is None else float(value)
     if "max_tokens" in data:
         value = data["max_tokens"]
         limit = settings.CHAT_MAX_TOKENS_LIMIT
         if value is not None and not (_is_number(value, int) and 1 <= value <= limit):
-            raise Refused("invalid_field", f"'max_tokens' must be an integer from 1 to {limit}, or null")
+            raise Refusal("invalid_field", f"'max_tokens' must be an integer from 1 to {limit}, or null")
         checked["max_tokens"] = value
     if "min_tokens" in data:
         value = data["min_tokens"]
         limit = settings.CHAT_MAX_TOKENS_LIMIT
         if value is not None and not (_is_number(value, int) and 0 <= value <= limit):
-            raise Refused("invalid_field", f"'min_tokens' must be an integer from 0 to {limit}, or null")
+            raise Refusal("invalid_field", f"'min_tokens' must be an integer from 0 to {limit}, or null")
         checked["min_tokens"] = value or None
     return checked
 
@@ -260,9 +252,9 @@ def conversation_update_settings(*, user: AbstractBaseUser, conversation_id: int
 
 def conversation_rename(*, user: AbstractBaseUser, conversation_id: int, title: object) -> Conversation:
     if not isinstance(title, str) or not title.strip():
-        raise Refused("invalid_field", "'title' must be a non-empty string")
+        raise Refusal("invalid_field", "'title' must be a non-empty string")
     if len(title) > 200:
-        raise Refused("too_large", "'title' is longer than 200 characters")
+        raise Refusal("too_large", "'title' is longer than 200 characters")
     conversation = _owned_conversation(user, conversation_id)
     conversation.title = " ".join(title.split())
     # A rename is not activity: the list keeps its order.
@@ -279,7 +271,7 @@ def conversation_show(*, user: AbstractBaseUser, conversation_id: int, message_i
     conversation = _owned_conversation(user, conversation_id)
     message = conversation.messages.filter(pk=message_id).first()
     if message is None:
-        raise NotFound(message_id)
+        raise _missing("message")
     leaf = selectors.latest_leaf(message=message)
     Conversation.objects.filter(pk=conversation.pk).update(current_leaf=leaf)
     return leaf

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from django.conf import settings
 
-TERMINAL = {"chat.done", "chat.error"}
+from frontend.protocol import TERMINAL
 
 
 def alive_key(message_id: int) -> str:

@@ -11,8 +11,8 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from frontend import selectors, services
-from frontend.http_json import ApiError, check_csrf, json_errors, read_json, unauthenticated
+from frontend import protocol, selectors, services
+from frontend.http_json import check_csrf, json_errors, read_json, unauthenticated
 from frontend.services import TEMPERATURE_BOUNDS
 
 ACTION_BODY_BYTES = 64 * 1024
@@ -106,9 +106,7 @@ def conversation_settings(request: HttpRequest, data: dict, conversation_id: int
 @_browser_action
 def conversation_show(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
     """Remember which version the user looks at, so new messages and reloads follow it."""
-    message_id = data.get("message")
-    if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise ApiError(400, "invalid_field", "'message' must be a message id")
+    message_id = protocol.id_field(data, "message")
     leaf = services.conversation_show(
         user=request.user, conversation_id=conversation_id, message_id=message_id
     )

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 import redis
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -55,7 +56,7 @@ async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_th
     assert (stored.status, stored.content) == ("complete", "abcde")
 
     # A finished answer resumes from the stored text even without its stream.
-    redis.Redis.from_url(consumers.settings.REDIS_URL).delete(f"chat:stream:{started['message']}")
+    redis.Redis.from_url(settings.REDIS_URL).delete(f"chat:stream:{started['message']}")
     await second.send_json_to({"type": "chat.resume", "message": started["message"], "after": 4})
     done = await second.receive_json_from(timeout=5)
     assert (done["type"], done["content"]) == ("chat.done", "abcde")

@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 
 from frontend import selectors, services
 from frontend.models import Conversation, Message
+from frontend.protocol import Refusal
 
 pytestmark = pytest.mark.django_db
 
@@ -68,20 +69,20 @@ def test_it_regenerates_an_answer_beside_the_old_one_from_the_same_question(alic
 
 def test_it_refuses_to_regenerate_a_user_message_or_edit_an_answer(alice):
     first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
-    with pytest.raises(services.Refused):
+    with pytest.raises(Refusal):
         services.chat_turn_regenerate(user=alice, message_id=first.user_message_id)
-    with pytest.raises(services.Refused):
+    with pytest.raises(Refusal):
         services.chat_turn_edit(user=alice, message_id=first.assistant_message_id, content="x")
 
 
 def test_it_treats_another_users_messages_as_missing(alice):
     bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
     theirs = services.chat_turn_start(user=bob, conversation_id=None, content="secret")
-    with pytest.raises(services.NotFound):
+    with pytest.raises(Refusal, match="no such"):
         services.chat_turn_regenerate(user=alice, message_id=theirs.assistant_message_id)
-    with pytest.raises(services.NotFound):
+    with pytest.raises(Refusal, match="no such"):
         services.chat_turn_edit(user=alice, message_id=theirs.user_message_id, content="x")
-    with pytest.raises(services.NotFound):
+    with pytest.raises(Refusal, match="no such"):
         services.conversation_show(
             user=alice, conversation_id=theirs.conversation_id, message_id=theirs.user_message_id
         )
@@ -110,7 +111,7 @@ def test_it_follows_an_explicit_parent_when_one_is_given(alice):
         user=alice, conversation_id=first.conversation_id, content="Next", parent_id=old.pk
     )
     assert Message.objects.get(pk=turn.user_message_id).parent_id == old.pk
-    with pytest.raises(services.NotFound):
+    with pytest.raises(Refusal, match="no such"):
         services.chat_turn_start(
             user=alice, conversation_id=first.conversation_id, content="x", parent_id=10**9
         )
@@ -166,7 +167,7 @@ def test_it_uses_the_conversations_own_settings_for_its_answers(alice, settings)
 )
 def test_it_refuses_settings_outside_their_bounds(alice, data, code):
     conversation = services.conversation_create(user=alice)
-    with pytest.raises(services.Refused) as refused:
+    with pytest.raises(Refusal) as refused:
         services.conversation_update_settings(user=alice, conversation_id=conversation.pk, data=data)
     assert refused.value.code == code
 
@@ -188,7 +189,7 @@ def test_it_renames_without_reordering_and_deletes_with_every_message(alice):
     newer = services.chat_turn_start(user=alice, conversation_id=None, content="Newer")
     services.conversation_rename(user=alice, conversation_id=older.conversation_id, title="  Renamed  one ")
     assert [c.title for c in selectors.conversation_list(user=alice)] == ["Newer", "Renamed one"]
-    with pytest.raises(services.Refused):
+    with pytest.raises(Refusal):
         services.conversation_rename(user=alice, conversation_id=older.conversation_id, title="  ")
     services.conversation_delete(user=alice, conversation_id=newer.conversation_id)
     assert not Message.objects.filter(conversation_id=newer.conversation_id).exists()
@@ -196,16 +197,16 @@ def test_it_renames_without_reordering_and_deletes_with_every_message(alice):
 
 def test_it_refuses_a_turn_while_the_conversation_is_still_answering(alice):
     first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
-    with pytest.raises(services.Refused) as refused:
+    with pytest.raises(Refusal) as refused:
         services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
     assert (refused.value.code, refused.value.extra) == (
         "conversation_busy",
         {"conversation": first.conversation_id},
     )
     assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
-    with pytest.raises(services.Refused, match="still being generated"):
+    with pytest.raises(Refusal, match="still being generated"):
         services.chat_turn_edit(user=alice, message_id=first.user_message_id, content="One again")
-    with pytest.raises(services.Refused, match="still being generated"):
+    with pytest.raises(Refusal, match="still being generated"):
         services.chat_turn_regenerate(user=alice, message_id=first.assistant_message_id)
     assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
 

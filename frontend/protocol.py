@@ -1,0 +1,208 @@
+"""The chat protocol (docs/protocol.md): every frame the server sends, every error code,
+and the checks of what a client sends.
+
+The WebSocket consumer, the SSE stream (`POST /chat/stream`) and the JSON views build
+their frames and refuse bad input here, so a frame or a code means the same on every
+transport. A test reads docs/protocol.md against the names below.
+"""
+
+import json
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from frontend.models import Message
+    from frontend.services import Turn
+
+CLIENT_FRAMES = ("chat.send", "chat.stop", "chat.resume", "chat.regenerate", "chat.edit")
+SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")
+# The frames that end an answer.
+TERMINAL = frozenset({"chat.done", "chat.error"})
+
+# Every error code, with the HTTP status an HTTP endpoint answers it with.
+ERRORS: dict[str, int] = {
+    "binary_frame": 400,
+    "invalid_json": 400,
+    "invalid_frame": 400,
+    "unknown_type": 400,
+    "invalid_field": 400,
+    "too_large": 413,
+    "not_found": 404,
+    "not_running": 409,
+    "busy": 429,
+    "timeout_first_token": 503,
+    "timeout_between_tokens": 503,
+    "timeout_total": 503,
+    "interrupted": 503,
+    "redis_unavailable": 503,
+    "stream_unavailable": 503,
+    "conversation_busy": 409,
+    "prompt_too_long": 400,
+    "engine_unavailable": 503,
+    "engine_timeout": 503,
+    "engine_rejected": 400,
+    "engine_error": 503,
+    "internal_error": 500,
+}
+
+
+class Refusal(Exception):
+    """A request that is not carried out, as the client is told: a code from ERRORS, a
+    sentence for people, and the fields the code documents (`retry_after`, `message`...)."""
+
+    def __init__(self, code: str, detail: str, **extra):
+        if code not in ERRORS:
+            raise ValueError(f"undocumented error code {code!r}")
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.extra = extra
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this refusal."""
+        return ERRORS[self.code]
+
+    def frame(self) -> dict:
+        return error(self.code, self.detail, **self.extra)
+
+
+def busy(reason: str, retry_after: float) -> Refusal:
+    """Admission control's refusal: `reason` says which bound was reached."""
+    return Refusal(
+        "busy",
+        "Too many answers at once; try again shortly.",
+        reason=reason,
+        retry_after=round(retry_after, 1),
+    )
+
+
+# Building frames.
+
+
+def error(code: str, detail: str, **extra) -> dict:
+    return {"type": "chat.error", "code": code, "detail": detail, **extra}
+
+
+def started(turn: "Turn") -> dict:
+    return {
+        "type": "chat.started",
+        "conversation": turn.conversation_id,
+        "message": turn.assistant_message_id,
+        "user_message": turn.user_message_id,
+    }
+
+
+def token(message_id: int, seq: int, text: str) -> dict:
+    return {"type": "chat.token", "message": message_id, "seq": seq, "text": text}
+
+
+def usage(prompt_tokens: int | None, cached_tokens: int | None, completion_tokens: int | None) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": cached_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+def done(
+    message_id: int,
+    *,
+    status: str,
+    finish_reason: str,
+    usage: dict,
+    ttft_ms: float | None,
+    note: str,
+    content: str,
+) -> dict:
+    return {
+        "type": "chat.done",
+        "message": message_id,
+        "status": status,
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "ttft_ms": ttft_ms,
+        "note": note,
+        "content": content,
+    }
+
+
+def failed(message_id: int, *, code: str, detail: str, status: str, content: str, **extra) -> dict:
+    """The closing frame of an answer that failed: its code, status and partial text."""
+    return error(code, detail, message=message_id, status=status, content=content, **extra)
+
+
+def closing(message: "Message") -> dict:
+    """The closing frame of an answer that has ended, rebuilt from the store."""
+    if message.status in {"complete", "stopped"}:
+        return done(
+            message.pk,
+            status=message.status,
+            finish_reason=message.finish_reason,
+            usage=usage(message.prompt_tokens, message.cached_tokens, message.completion_tokens),
+            ttft_ms=message.ttft_ms,
+            note=message.note,
+            content=message.content,
+        )
+    return failed(
+        message.pk,
+        code=message.error_code or "interrupted",
+        detail=message.note or "The answer did not finish.",
+        status=message.status,
+        content=message.content,
+    )
+
+
+# Checking what clients send.
+
+
+def decode(text: str) -> dict:
+    """One client frame: a JSON object with a string `type`."""
+    if len(text) > settings.CHAT_MAX_CONTENT_CHARS * 2 + 1024:
+        raise Refusal("too_large", "frame too large")
+    try:
+        frame = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Refusal("invalid_json", f"invalid JSON: {exc.msg}") from None
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        raise Refusal("invalid_frame", "a frame is a JSON object with a string 'type'")
+    return frame
+
+
+def is_id(value: object) -> bool:
+    # JSON true/false arrive as bool, which Python counts as int.
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def id_field(data: dict, name: str, *, nullable: bool = False, required: bool = True) -> int | None:
+    """A positive integer id. None where `nullable` and the value is null, or where not
+    `required` and the field is absent."""
+    if name not in data:
+        if required:
+            raise Refusal("invalid_field", f"'{name}' is required")
+        return None
+    value = data[name]
+    if value is None and nullable:
+        return None
+    if not is_id(value):
+        raise Refusal("invalid_field", f"'{name}' must be a positive integer id")
+    return value
+
+
+def content_field(data: dict, name: str = "content") -> str:
+    """A message text: a non-empty string of at most CHAT_MAX_CONTENT_CHARS characters."""
+    content = data.get(name)
+    if not isinstance(content, str) or not content.strip():
+        raise Refusal("invalid_field", f"'{name}' must be a non-empty string")
+    if len(content) > settings.CHAT_MAX_CONTENT_CHARS:
+        raise Refusal("too_large", f"'{name}' is longer than {settings.CHAT_MAX_CONTENT_CHARS} characters")
+    return content
+
+
+def seq_field(data: dict, name: str = "after") -> int:
+    """A token position to resume after; -1 for all."""
+    value = data.get(name, -1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise Refusal("invalid_field", f"'{name}' must be a token seq (or -1 for all)")
+    return value
