@@ -24,12 +24,15 @@ from limits import RateLimitItemPerSecond
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 
-NAMESPACE = "login-failures"
+import redisconn
+from redisconn import keys
+
+NAMESPACE = keys.LOGIN_FAILURES_LIMIT
 
 
 @cache
 def _limiter() -> MovingWindowRateLimiter:
-    return MovingWindowRateLimiter(RedisStorage(settings.REDIS_URL))
+    return MovingWindowRateLimiter(RedisStorage(redisconn.limits_storage_uri(asynchronous=False)))
 
 
 def _items() -> tuple[RateLimitItemPerSecond, RateLimitItemPerSecond]:

@@ -41,8 +41,8 @@ from inference.client import ChatRequest, Completion, OpenAIEngineClient
 from jobs import selectors, services
 from jobs.ingest import DocumentInput
 from jobs.models import Job
-from jobs.shaping import CHAT_ACTIVE_KEY
 from jobs.summarize import PRESETS, Summarizer
+from redisconn.keys import CHAT_ACTIVE
 
 CHAT_QUESTIONS = [
     "What is the capital of France?",
@@ -89,7 +89,7 @@ def summary_of(ttfts: list[float]) -> dict:
 async def chat_once(client: OpenAIEngineClient, r: aioredis.Redis, question: str) -> float:
     """One chat request marked active in Redis like the web tier marks it; its TTFT in ms."""
     member = uuid.uuid4().hex
-    await r.zadd(CHAT_ACTIVE_KEY, {member: time.time() + 60})
+    await r.zadd(CHAT_ACTIVE, {member: time.time() + 60})
     try:
         request = ChatRequest(
             messages=[
@@ -108,7 +108,7 @@ async def chat_once(client: OpenAIEngineClient, r: aioredis.Redis, question: str
                 ttft = (time.perf_counter() - started) * 1000
         return ttft if ttft is not None else (time.perf_counter() - started) * 1000
     finally:
-        await r.zrem(CHAT_ACTIVE_KEY, member)
+        await r.zrem(CHAT_ACTIVE, member)
 
 
 async def chat_while(client, r, *, until, minimum: int, seed: int) -> list[float]:

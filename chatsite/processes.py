@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-# As in the Procfile's web process (WEB_WS_MAX_MESSAGE_BYTES).
+# As in the Procfile's web process (WEB_WS_MAX_MESSAGE_BYTES, WEB_WS_CONNECT_TIMEOUT).
 WS_MAX_MESSAGE_BYTES = 262144
+WS_CONNECT_TIMEOUT = 30
 
 
 def free_port() -> int:
@@ -46,6 +47,7 @@ def daphne_running(
             [
                 *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
                 *("--websocket-max-message-size", str(WS_MAX_MESSAGE_BYTES)),
+                *("--websocket_connect_timeout", str(WS_CONNECT_TIMEOUT)),
                 *daphne_args,
                 "chatsite.asgi:application",
             ],

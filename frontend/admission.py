@@ -22,9 +22,9 @@ from limits import RateLimitItemPerMinute
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
+import redisconn
 from frontend import protocol
-
-ACTIVE_KEY = "chat:generations:active"
+from redisconn import keys
 
 _ACQUIRE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
@@ -44,10 +44,6 @@ class Lease:
     member: str
 
 
-def _user_key(user_id: int) -> str:
-    return f"chat:generations:user:{user_id}"
-
-
 # One limiter per event loop: its Redis connections belong to the loop that opened them.
 _limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
     weakref.WeakKeyDictionary()
@@ -58,9 +54,7 @@ def _rate_limiter() -> MovingWindowRateLimiter:
     loop = asyncio.get_running_loop()
     limiter = _limiters.get(loop)
     if limiter is None:
-        storage = RedisStorage(
-            settings.REDIS_URL.replace("redis://", "async+redis://", 1), implementation="redispy"
-        )
+        storage = RedisStorage(redisconn.limits_storage_uri(asynchronous=True), implementation="redispy")
         limiter = _limiters[loop] = MovingWindowRateLimiter(storage)
     return limiter
 
@@ -73,8 +67,8 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
     refused = await r.eval(
         _ACQUIRE,
         2,
-        ACTIVE_KEY,
-        _user_key(user_id),
+        keys.CHAT_ACTIVE,
+        keys.chat_user_generations(user_id),
         now,
         now + lease_seconds,
         lease.member,
@@ -88,9 +82,9 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
         raise protocol.busy("total_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
     item = RateLimitItemPerMinute(settings.CHAT_MESSAGES_PER_MINUTE)
     limiter = _rate_limiter()
-    if not await limiter.hit(item, "chat-messages", str(user_id)):
+    if not await limiter.hit(item, keys.CHAT_MESSAGES_LIMIT, str(user_id)):
         await release(r, lease)
-        stats = await limiter.get_window_stats(item, "chat-messages", str(user_id))
+        stats = await limiter.get_window_stats(item, keys.CHAT_MESSAGES_LIMIT, str(user_id))
         raise protocol.busy("user_rate", max(1.0, stats.reset_time - time.time()))
     return lease
 
@@ -99,18 +93,18 @@ async def refresh(r: aioredis.Redis, lease: Lease) -> None:
     """Extend a held slot; a process that stops refreshing loses it after CHAT_LEASE_SECONDS."""
     expiry = time.time() + settings.CHAT_LEASE_SECONDS
     async with r.pipeline(transaction=False) as pipe:
-        pipe.zadd(ACTIVE_KEY, {lease.member: expiry}, xx=True)
-        pipe.zadd(_user_key(lease.user_id), {lease.member: expiry}, xx=True)
+        pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=True)
+        pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=True)
         await pipe.execute()
 
 
 async def release(r: aioredis.Redis, lease: Lease) -> None:
     async with r.pipeline(transaction=False) as pipe:
-        pipe.zrem(ACTIVE_KEY, lease.member)
-        pipe.zrem(_user_key(lease.user_id), lease.member)
+        pipe.zrem(keys.CHAT_ACTIVE, lease.member)
+        pipe.zrem(keys.chat_user_generations(lease.user_id), lease.member)
         await pipe.execute()
 
 
 async def active_count(r: aioredis.Redis) -> int:
     """Chat answers generating now, across all web processes."""
-    return int(await r.zcount(ACTIVE_KEY, time.time(), "+inf"))
+    return int(await r.zcount(keys.CHAT_ACTIVE, time.time(), "+inf"))

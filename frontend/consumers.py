@@ -14,11 +14,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
+import redisconn
 from frontend import protocol, selectors, services, streams
 from frontend.generation import RUNNING, answer_start
 from frontend.models import Message
 from frontend.protocol import Refusal
-from frontend.redisconn import redis_client
 from inference.engine import engine_client
 from monitoring import metrics
 
@@ -130,7 +130,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, message_id: int, after: int) -> None:
         """Send the answer's frames after token `after`, live, until it ends."""
         try:
-            async for frame in streams.follow(redis_client(), message_id, after):
+            async for frame in streams.follow(redisconn.client(), message_id, after):
                 await self.send_json(frame)
                 if frame["type"] in protocol.TERMINAL:
                     return
@@ -147,7 +147,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         message_id = protocol.id_field(frame, "message")
         after = protocol.seq_field(frame, "after")
         message = await self._owned_message(message_id)
-        if message.status == Message.Status.GENERATING or await streams.exists(redis_client(), message_id):
+        if message.status == Message.Status.GENERATING or await streams.exists(
+            redisconn.client(), message_id
+        ):
             self._follow(message_id, after)
         else:
             await self.send_json(protocol.closing(message))
@@ -162,4 +164,4 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if generation is not None:
             generation.stop("user")
         else:
-            await streams.request_stop(redis_client(), message_id)
+            await streams.request_stop(redisconn.client(), message_id)

@@ -26,15 +26,15 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from redis.exceptions import RedisError
 
+import redisconn
 from frontend import admission, protocol, services, streams
 from frontend.models import Message
 from frontend.protocol import Refusal
-from frontend.redisconn import redis_client
-from frontend.streams import alive_key, stop_channel, stop_key
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.prompt import PromptCounts, PromptTooLong, assemble
 from monitoring import metrics
 from monitoring.logcontext import bind_log_context
+from redisconn import keys
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Generation:
             message_id=self.message_id,
         )
         metrics.generation_started()
-        r = redis_client()
+        r = redisconn.client()
         self._watcher = asyncio.create_task(self._watch(r))
         try:
             await self._generate(r)
@@ -141,7 +141,7 @@ class Generation:
         """Give back the answer's slot and heartbeat; idempotent."""
         self._watcher.cancel()
         try:
-            await r.delete(alive_key(self.message_id), stop_key(self.message_id))
+            await r.delete(keys.chat_alive(self.message_id), keys.chat_stop_requested(self.message_id))
             if self._lease is not None:
                 await admission.release(r, self._lease)
         except RedisError:
@@ -152,12 +152,12 @@ class Generation:
         beat = settings.CHAT_HEARTBEAT_SECONDS
         try:
             async with r.pubsub() as pubsub:
-                await pubsub.subscribe(stop_channel(self.message_id))
-                if await r.exists(stop_key(self.message_id)):
+                await pubsub.subscribe(keys.chat_stop_channel(self.message_id))
+                if await r.exists(keys.chat_stop_requested(self.message_id)):
                     self.stop("user")
                     return
                 while True:
-                    await r.set(alive_key(self.message_id), 1, ex=int(beat * 3))
+                    await r.set(keys.chat_alive(self.message_id), 1, ex=int(beat * 3))
                     if self._lease is not None:
                         await admission.refresh(r, self._lease)
                     deadline = time.monotonic() + beat
@@ -328,7 +328,7 @@ async def answer_start(
     Raises protocol.Refusal: `busy` (nothing stored), or whatever `start_turn` refuses,
     after giving the slot back.
     """
-    r = redis_client()
+    r = redisconn.client()
     try:
         lease = await admission.admit(r, user_id=user.pk)
     except Refusal as refusal:

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
+import redisconn
 from inference.engine import engine_client
 
 
@@ -20,7 +21,7 @@ def _database() -> str:
 
 def _redis() -> str:
     try:
-        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2).ping()
+        redisconn.sync_client().ping()
     except redis.RedisError as exc:
         return f"error: {exc}"
     return "ok"

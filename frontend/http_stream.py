@@ -17,19 +17,35 @@ later ones arrive as a `data: {"error": {...}}` event before `[DONE]`.
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+import redisconn
 from apitokens.auth import auser_for_request
 from apitokens.models import Scope
 from frontend import protocol, services, streams
 from frontend.generation import Generation, answer_start
 from frontend.http_json import ApiError, check_csrf, json_errors, read_json, refused, unauthenticated
 from frontend.protocol import Refusal
-from frontend.redisconn import redis_client
 from inference.engine import engine_client
+
+
+class EventStreamResponse(StreamingHttpResponse):
+    """An SSE response whose event iterator is closed the moment the response is.
+
+    When the client goes away, Django closes the response's outer iterator, but not the
+    iterator wrapped inside it: that one is left to the garbage collector, which may
+    finalize it seconds later or only at its next cycle collection, so the answer ran
+    on for nobody. Iterating ours under `aclosing` closes it, and its `finally` stops the
+    answer, at once."""
+
+    async def __aiter__(self):
+        async with aclosing(self._iterator) as parts:
+            async for part in parts:
+                yield self.make_bytes(part)
 
 
 def _event(payload: dict | str) -> bytes:
@@ -99,7 +115,7 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
         conversation_id=conversation_id,
         content=prompt,
     )
-    frames = streams.follow(redis_client(), generation.message_id)
+    frames = streams.follow(redisconn.client(), generation.message_id)
     try:
         first = await anext(frames)
     except BaseException:
@@ -109,7 +125,7 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
     if first["type"] == "chat.error":
         await frames.aclose()
         raise refused(Refusal(first["code"], first["detail"], retry_after=first.get("retry_after")))
-    return StreamingHttpResponse(
+    return EventStreamResponse(
         _events(first, frames, generation),
         content_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

@@ -5,16 +5,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+import redisconn
 from frontend import selectors
 from frontend.models import Conversation, Message
 from frontend.protocol import Refusal
-from frontend.streams import alive_key
+from redisconn import keys
 
 TITLE_LENGTH = 60
 TEMPERATURE_BOUNDS = (0.0, 2.0)
@@ -291,8 +291,7 @@ def messages_interrupt_stale() -> int:
     )
     if not candidates:
         return 0
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-    alive = client.mget([alive_key(pk) for pk in candidates])
+    alive = redisconn.sync_client().mget([keys.chat_alive(pk) for pk in candidates])
     dead = [pk for pk, beat in zip(candidates, alive, strict=True) if beat is None]
     return Message.objects.filter(pk__in=dead, status=Message.Status.GENERATING).update(
         status=Message.Status.INTERRUPTED,

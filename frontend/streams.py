@@ -15,21 +15,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from frontend.protocol import TERMINAL
-
-
-def alive_key(message_id: int) -> str:
-    """Refreshed by the process generating the answer; gone when that process dies."""
-    return f"chat:alive:{message_id}"
-
-
-def stop_channel(message_id: int) -> str:
-    """Pub/sub channel on which any process asks the answer's process to stop it."""
-    return f"chat:stop:{message_id}"
-
-
-def stop_key(message_id: int) -> str:
-    """Set with each stop request, for an answer whose watcher has not subscribed yet."""
-    return f"chat:stop-requested:{message_id}"
+from redisconn import keys
 
 
 async def request_stop(r: aioredis.Redis, message_id: int) -> None:
@@ -39,13 +25,9 @@ async def request_stop(r: aioredis.Redis, message_id: int) -> None:
     that the answer's watcher reads once it has subscribed: a stop sent in the moment
     between an answer's start and its subscription is not lost."""
     async with r.pipeline(transaction=True) as pipe:
-        pipe.set(stop_key(message_id), 1, ex=int(settings.CHAT_LEASE_SECONDS))
-        pipe.publish(stop_channel(message_id), "user")
+        pipe.set(keys.chat_stop_requested(message_id), 1, ex=int(settings.CHAT_LEASE_SECONDS))
+        pipe.publish(keys.chat_stop_channel(message_id), "user")
         await pipe.execute()
-
-
-def stream_key(message_id: int) -> str:
-    return f"chat:stream:{message_id}"
 
 
 def _entry_id(position: int) -> str:
@@ -58,7 +40,7 @@ async def open_stream(r: aioredis.Redis, message_id: int) -> None:
     A leftover stream under the same id (a store that was reset) is replaced. The
     expiry set here outlasts the longest answer (CHAT_TOTAL_TIMEOUT), so tokens
     need not refresh it; the closing frame restarts it."""
-    key = stream_key(message_id)
+    key = keys.chat_stream(message_id)
     async with r.pipeline(transaction=True) as pipe:
         pipe.delete(key)
         _xadd(pipe, key, "1-0", {"type": "chat.opened", "message": message_id})
@@ -68,7 +50,7 @@ async def open_stream(r: aioredis.Redis, message_id: int) -> None:
 
 async def publish(r: aioredis.Redis, message_id: int, position: int, frame: dict) -> None:
     """Append the frame at `position` (a token's seq; the closing frame takes the next one)."""
-    key = stream_key(message_id)
+    key = keys.chat_stream(message_id)
     if frame["type"] not in TERMINAL:
         # One round trip per token: the hot path of every answer.
         await _xadd(r, key, _entry_id(position), frame)
@@ -90,7 +72,7 @@ def _xadd(client, key: str, entry_id: str, frame: dict):
 
 
 async def exists(r: aioredis.Redis, message_id: int) -> bool:
-    return bool(await r.exists(stream_key(message_id)))
+    return bool(await r.exists(keys.chat_stream(message_id)))
 
 
 async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIterator[dict]:
@@ -98,7 +80,7 @@ async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIt
 
     Ends without a closing frame only if the stream disappears (expired, or its
     writer died and the stream was never written)."""
-    key = stream_key(message_id)
+    key = keys.chat_stream(message_id)
     last = _entry_id(after)
     block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
     while True:

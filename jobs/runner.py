@@ -19,12 +19,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
+import redisconn
 from inference.client import EngineClient, EngineError, OpenAIEngineClient
 from jobs import selectors, services
 from jobs.ingest import DocumentError, decode_text
 from jobs.models import Job
 from jobs.shaping import LoadProbe, Shaper
 from jobs.summarize import Summarizer, cache_salt_for_owner
+from redisconn import keys
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ class RunnerLock:
 
     def __init__(self, r: aioredis.Redis, job_id: int) -> None:
         self._redis = r
-        self._key = f"jobs:runner:{job_id}"
+        self._key = keys.job_runner_lock(job_id)
         self._token = uuid.uuid4().hex
 
     async def acquire(self, *, wait: float) -> bool:
@@ -279,7 +281,7 @@ async def run_job(
     await sync_to_async(services.job_mark_running)(job_id=job_id)
     own_engine = engine is None
     engine = engine or new_engine_client()
-    r = aioredis.Redis.from_url(settings.REDIS_URL)
+    r = redisconn.new_client()
     lock = RunnerLock(r, job_id)
     if not await lock.acquire(wait=RunnerLock.TTL + 1):
         await r.aclose()

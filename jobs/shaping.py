@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from inference.client import EngineClient, EngineError, EngineLoad
+from redisconn import keys
 
-CHAT_ACTIVE_KEY = "chat:generations:active"
-BULK_INFLIGHT_PREFIX = "jobs:bulk:inflight:"
 # A runner's in-flight count outlives it by this long at most (it refreshes every tick).
 BULK_INFLIGHT_TTL = 5
 
@@ -87,12 +86,12 @@ class Shaper:
 
 async def chat_active(r: aioredis.Redis) -> int:
     """Chat answers streaming now: a sorted set of leases scored by expiry, or a counter."""
-    kind = await r.type(CHAT_ACTIVE_KEY)
+    kind = await r.type(keys.CHAT_ACTIVE)
     kind = kind.decode() if isinstance(kind, bytes) else kind
     if kind == "zset":
-        return int(await r.zcount(CHAT_ACTIVE_KEY, time.time(), "+inf"))
+        return int(await r.zcount(keys.CHAT_ACTIVE, time.time(), "+inf"))
     if kind == "string":
-        return max(0, int(await r.get(CHAT_ACTIVE_KEY) or 0))
+        return max(0, int(await r.get(keys.CHAT_ACTIVE) or 0))
     return 0
 
 
@@ -109,15 +108,16 @@ class LoadProbe:
         self._redis = r
         self._engine = engine
         self._clock = clock
-        self._key = BULK_INFLIGHT_PREFIX + uuid.uuid4().hex
+        self._key = keys.BULK_INFLIGHT_PREFIX + uuid.uuid4().hex
         self._load: EngineLoad | None = None
         self._load_bulk = 0
         self._load_at = -float("inf")
 
     async def read(self, inflight: int) -> Signal | None:
         await self._redis.set(self._key, inflight, ex=BULK_INFLIGHT_TTL)
-        keys = [key async for key in self._redis.scan_iter(match=BULK_INFLIGHT_PREFIX + "*", count=100)]
-        values = await self._redis.mget(keys) if keys else []
+        pattern = keys.BULK_INFLIGHT_PREFIX + "*"
+        runners = [key async for key in self._redis.scan_iter(match=pattern, count=100)]
+        values = await self._redis.mget(runners) if runners else []
         bulk = sum(int(v) for v in values if v is not None)
         active = await chat_active(self._redis)
         fresh = self._clock() - self._load_at >= self.METRICS_EVERY

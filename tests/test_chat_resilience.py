@@ -15,8 +15,8 @@ from django.utils import timezone
 from frontend import consumers, services, streams
 from frontend.generation import Generation
 from frontend.models import Conversation, Message
-from frontend.redisconn import redis_client
-from frontend.streams import alive_key
+from redisconn import client as redis_client
+from redisconn import keys
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
 
@@ -75,7 +75,7 @@ async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(a
     assert done, "the answer did not stop"
     stored = await Message.objects.aget(pk=turn.assistant_message_id)
     assert stored.status == Message.Status.STOPPED
-    assert not await r.exists(streams.stop_key(turn.assistant_message_id))
+    assert not await r.exists(keys.chat_stop_requested(turn.assistant_message_id))
 
 
 async def test_it_stops_an_answer_from_another_tab_and_keeps_the_partial_text(alice, monkeypatch):
@@ -167,10 +167,10 @@ def test_it_sweeps_answers_whose_process_died_and_spares_live_ones(alice, settin
     old = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS + 5)
     Message.objects.filter(pk__in=[dead.pk, live.pk]).update(created_at=old)
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.set(alive_key(live.pk), 1, ex=30)
+    client.set(keys.chat_alive(live.pk), 1, ex=30)
     try:
         assert services.messages_interrupt_stale() == 1
     finally:
-        client.delete(alive_key(live.pk))
+        client.delete(keys.chat_alive(live.pk))
     statuses = dict(Message.objects.values_list("pk", "status"))
     assert statuses == {dead.pk: "interrupted", live.pk: "generating", fresh.pk: "generating"}

@@ -2,6 +2,7 @@
 
 import json
 import time
+from contextlib import aclosing
 
 import httpx
 import pytest
@@ -11,9 +12,10 @@ from django.test import AsyncClient
 
 from apitokens.services import token_issue
 from frontend import admission, http_stream
+from frontend.http_stream import EventStreamResponse
 from frontend.models import Conversation, Message
-from frontend.redisconn import redis_client
 from inference.client import EngineError
+from redisconn import client as redis_client
 from tests.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -227,3 +229,21 @@ async def test_it_answers_429_with_retry_after_past_the_users_concurrent_answers
     assert float(response["Retry-After"]) >= 1
     assert engine.requests == []
     assert await Message.objects.acount() == 0
+
+
+async def test_it_closes_the_event_iterator_as_soon_as_the_response_is_closed():
+    closed = []
+
+    async def events():
+        try:
+            yield b"data: 1\n\n"
+            yield b"data: 2\n\n"
+        finally:
+            closed.append(True)
+
+    response = EventStreamResponse(events(), content_type="text/event-stream")
+    # As Django's ASGI handler consumes a streaming response, here cut short by a disconnect.
+    async with aclosing(aiter(response)) as content:
+        async for _ in content:
+            break
+    assert closed == [True], "the answer's events were left to the garbage collector"

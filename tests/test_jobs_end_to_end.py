@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from jobs import selectors, services
 from jobs.ingest import documents_from_files
 from jobs.models import Document, Job, Result
-from jobs.shaping import CHAT_ACTIVE_KEY
+from redisconn.keys import CHAT_ACTIVE
 from tests.conftest import engine_gauge
 from tests.jobs_corpus import long_report, report
 from tests.jobs_fakes import staff_user
@@ -56,7 +56,7 @@ def test_it_summarizes_twenty_documents_one_longer_than_the_context_window(celer
 
 def test_it_keeps_one_bulk_request_in_the_engine_while_chat_is_active(celery_worker, engine_url):
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.set(CHAT_ACTIVE_KEY, 1)
+    client.set(CHAT_ACTIVE, 1)
     peak = [0.0]
 
     def sample():
@@ -70,6 +70,6 @@ def test_it_keeps_one_bulk_request_in_the_engine_while_chat_is_active(celery_wor
         )  # fmt: skip
         job = wait_finished(job, timeout=300, on_tick=sample)
     finally:
-        client.delete(CHAT_ACTIVE_KEY)
+        client.delete(CHAT_ACTIVE)
     assert job.status == Job.Status.COMPLETED
     assert peak[0] == 1, f"at most one bulk request while chat is active, saw {peak[0]}"

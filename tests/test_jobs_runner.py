@@ -11,7 +11,8 @@ from jobs import services
 from jobs.ingest import DocumentError
 from jobs.models import Document, Job, Result
 from jobs.runner import pdf_text, run_job
-from jobs.shaping import CHAT_ACTIVE_KEY, Shaper
+from jobs.shaping import Shaper
+from redisconn.keys import CHAT_ACTIVE
 from tests.jobs_fakes import BulkFakeEngine, aqueued_job
 from tests.jobs_pdf import pdf_with_text
 
@@ -29,9 +30,9 @@ def fast(settings):
 @pytest.fixture
 async def chat_key():
     r = aioredis.Redis.from_url(settings.REDIS_URL)
-    await r.delete(CHAT_ACTIVE_KEY)
+    await r.delete(CHAT_ACTIVE)
     yield r
-    await r.delete(CHAT_ACTIVE_KEY)
+    await r.delete(CHAT_ACTIVE)
     await r.aclose()
 
 
@@ -91,7 +92,7 @@ async def test_it_fails_a_document_after_its_attempts_and_the_job_ends_partial()
 
 
 async def test_it_keeps_one_request_in_flight_while_chat_is_active(chat_key):
-    await chat_key.set(CHAT_ACTIVE_KEY, 2)
+    await chat_key.set(CHAT_ACTIVE, 2)
     job = await aqueued_job(documents(6))
     engine = BulkFakeEngine(delay=0.05)
     assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
@@ -106,7 +107,7 @@ async def test_it_preempts_newest_requests_when_chat_starts_and_they_do_not_lose
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
     )
     assert await until(lambda: engine.active == 6)
-    await chat_key.set(CHAT_ACTIVE_KEY, 1)
+    await chat_key.set(CHAT_ACTIVE, 1)
     assert await until(lambda: engine.active == 1)
     assert engine.aborted == 5
     assert await run == "finished"
@@ -208,7 +209,7 @@ class CountingShaper(Shaper):
 
 
 async def test_it_pauses_while_chat_is_active_when_told_to_and_resumes_after(chat_key):
-    await chat_key.set(CHAT_ACTIVE_KEY, 1)
+    await chat_key.set(CHAT_ACTIVE, 1)
     job = await aqueued_job(documents(3))
     engine = BulkFakeEngine(delay=0)
     shaper = CountingShaper(maximum=4, minimum=1, while_chat=0, quiet_seconds=0)
@@ -218,6 +219,6 @@ async def test_it_pauses_while_chat_is_active_when_told_to_and_resumes_after(cha
     assert await until(lambda: shaper.rounds >= 5), "the runner made no shaping rounds"
     assert (shaper.chat_busy, shaper.limit) == (True, 0)
     assert not run.done() and engine.requests == []
-    await chat_key.delete(CHAT_ACTIVE_KEY)
+    await chat_key.delete(CHAT_ACTIVE)
     assert await run == "finished"
     assert await Result.objects.filter(job=job).acount() == 3

@@ -4,7 +4,8 @@ import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from jobs.shaping import CHAT_ACTIVE_KEY, Shaper, Signal, chat_active
+from jobs.shaping import Shaper, Signal, chat_active
+from redisconn.keys import CHAT_ACTIVE
 
 
 class Clock:
@@ -74,16 +75,16 @@ async def test_it_reads_the_chat_count_as_a_counter_or_a_lease_set(value, expect
     import time
 
     r = aioredis.Redis.from_url(settings.REDIS_URL)
-    await r.delete(CHAT_ACTIVE_KEY)
+    await r.delete(CHAT_ACTIVE)
     if value == "zset":
         now = time.time()
-        await r.zadd(CHAT_ACTIVE_KEY, {"a": now + 60, "b": now + 60, "expired": now - 1})
+        await r.zadd(CHAT_ACTIVE, {"a": now + 60, "b": now + 60, "expired": now - 1})
     elif value is not None:
-        await r.set(CHAT_ACTIVE_KEY, value)
+        await r.set(CHAT_ACTIVE, value)
     try:
         assert await chat_active(r) == expected
     finally:
-        await r.delete(CHAT_ACTIVE_KEY)
+        await r.delete(CHAT_ACTIVE)
         await r.aclose()
 
 

@@ -1,0 +1,60 @@
+"""Redis, as every part of the product reaches it: the connections, made here with one
+set of timeouts, and the key names (redisconn.keys), spelled once for the app that
+writes a key and the one that reads it.
+
+A Redis outage surfaces as a RedisError within seconds, never as a hang: connections
+time out after CONNECT_TIMEOUT, and a command after the longest blocking read the
+product makes (a stream follower's XREAD, CHAT_STREAM_BLOCK_SECONDS) plus a margin.
+"""
+
+import asyncio
+import weakref
+from functools import cache
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+CONNECT_TIMEOUT = 2.0
+
+
+def _options() -> dict:
+    return {
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_timeout": settings.CHAT_STREAM_BLOCK_SECONDS + 5,
+        "retry_on_timeout": False,
+        "health_check_interval": 30,
+    }
+
+
+_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis]" = weakref.WeakKeyDictionary()
+
+
+def client() -> aioredis.Redis:
+    """The asyncio client of the running event loop: its connections belong to that loop."""
+    loop = asyncio.get_running_loop()
+    found = _clients.get(loop)
+    if found is None:
+        found = _clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL, **_options())
+    return found
+
+
+def new_client() -> aioredis.Redis:
+    """An asyncio client of its own, for work that runs in an event loop of its own and
+    ends with it (a bulk job's run); the caller closes it."""
+    return aioredis.Redis.from_url(settings.REDIS_URL, **_options())
+
+
+def sync_client() -> redis.Redis:
+    """The process's synchronous client (thread-safe), for views, tasks and checks."""
+    return _sync_client(settings.REDIS_URL)
+
+
+@cache
+def _sync_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, **_options())
+
+
+def limits_storage_uri(*, asynchronous: bool) -> str:
+    """REDIS_URL as the `limits` package spells it, for its sync or asyncio storage."""
+    return settings.REDIS_URL.replace("redis://", "async+redis://", 1) if asynchronous else settings.REDIS_URL

@@ -1,0 +1,45 @@
+"""Every Redis key, channel and rate-limit namespace the product uses.
+
+chat:  written by the web tier (frontend/); the bulk runner reads CHAT_ACTIVE to give way.
+jobs:  written and read by bulk job runners (jobs/).
+Rate limits are kept by the `limits` package under its own prefix, in these namespaces.
+"""
+
+# Leases of the answers generating now, scored by expiry (frontend.admission).
+CHAT_ACTIVE = "chat:generations:active"
+# Per-minute chat message windows, per user id (frontend.admission).
+CHAT_MESSAGES_LIMIT = "chat-messages"
+# Failed logins, per username hash and per address (accounts.throttle).
+LOGIN_FAILURES_LIMIT = "login-failures"
+# Each bulk runner's requests in flight, one key per runner (jobs.shaping).
+BULK_INFLIGHT_PREFIX = "jobs:bulk:inflight:"
+
+
+def chat_user_generations(user_id: int) -> str:
+    """The user's share of CHAT_ACTIVE."""
+    return f"chat:generations:user:{user_id}"
+
+
+def chat_stream(message_id: int) -> str:
+    """The answer's frames (frontend.streams)."""
+    return f"chat:stream:{message_id}"
+
+
+def chat_alive(message_id: int) -> str:
+    """Refreshed by the process generating the answer; gone when that process dies."""
+    return f"chat:alive:{message_id}"
+
+
+def chat_stop_channel(message_id: int) -> str:
+    """Pub/sub channel on which any process asks the answer's process to stop it."""
+    return f"chat:stop:{message_id}"
+
+
+def chat_stop_requested(message_id: int) -> str:
+    """Set with each stop request, for an answer whose watcher has not subscribed yet."""
+    return f"chat:stop-requested:{message_id}"
+
+
+def job_runner_lock(job_id: int) -> str:
+    """Held by the one runner working on the job."""
+    return f"jobs:runner:{job_id}"
