@@ -13,13 +13,14 @@ import hashlib
 import time
 from functools import cache
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.decorators import sync_and_async_middleware
 from limits import RateLimitItemPerSecond
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
@@ -82,40 +83,36 @@ def _login_paths() -> frozenset[str]:
     return frozenset({reverse("login"), reverse("admin:login")})
 
 
-class LoginThrottleMiddleware:
+@sync_and_async_middleware
+def login_throttle_middleware(get_response):
     """Refuse a login POST with 429 while its username or address is throttled.
 
     Sync and async capable, like the rest of the stack, so the async chat views are not
     pushed through a thread by it."""
+    if iscoroutinefunction(get_response):
 
-    sync_capable = True
-    async_capable = True
+        async def middleware(request: HttpRequest) -> HttpResponse:
+            refusal = await sync_to_async(_refusal)(request)
+            return refusal or await get_response(request)
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
+    else:
 
-    def __call__(self, request: HttpRequest):
-        if iscoroutinefunction(self):
-            return self._acall(request)
-        return self._refusal(request) or self.get_response(request)
+        def middleware(request: HttpRequest) -> HttpResponse:
+            return _refusal(request) or get_response(request)
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
-        refusal = await sync_to_async(self._refusal)(request)
-        return refusal or await self.get_response(request)
+    return middleware
 
-    @staticmethod
-    def _refusal(request: HttpRequest) -> HttpResponse | None:
-        if request.method != "POST" or request.path_info not in _login_paths():
-            return None
-        wait = retry_after(username=request.POST.get("username", ""), address=client_address(request))
-        if not wait:
-            return None
-        context = {"minutes": max(1, round(wait / 60)), "login_url": request.path_info}
-        response = TemplateResponse(request, "accounts/throttled.html", context, status=429)
-        response["Retry-After"] = str(int(wait) + 1)
-        return response.render()
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    if request.method != "POST" or request.path_info not in _login_paths():
+        return None
+    wait = retry_after(username=request.POST.get("username", ""), address=client_address(request))
+    if not wait:
+        return None
+    context = {"minutes": max(1, round(wait / 60)), "login_url": request.path_info}
+    response = TemplateResponse(request, "accounts/throttled.html", context, status=429)
+    response["Retry-After"] = str(int(wait) + 1)
+    return response.render()
 
 
 @receiver(user_login_failed)

@@ -11,9 +11,9 @@ from apitokens.models import ApiToken
 from apitokens.services import TOKEN_PREFIX, token_digest
 
 
-def _bearer(request: HttpRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
+def bearer_token(request: HttpRequest) -> str | None:
+    """The token of an `Authorization: Bearer TOKEN` header (maybe empty); None without one."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" else None
 
 
@@ -35,7 +35,7 @@ def user_for_token(raw: str, scope: str) -> AbstractBaseUser | None:
 def user_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | None:
     """The requesting user: by bearer token when one is sent (a bad one is never
     replaced by the session), otherwise by session."""
-    raw = _bearer(request)
+    raw = bearer_token(request)
     if raw is not None:
         return user_for_token(raw, scope)
     user = getattr(request, "user", None)
@@ -43,7 +43,7 @@ def user_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | Non
 
 
 async def auser_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | None:
-    raw = _bearer(request)
+    raw = bearer_token(request)
     if raw is not None:
         return await sync_to_async(user_for_token)(raw, scope)
     user = await request.auser()

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from chatsite.processes import ROOT, daphne_running, free_port, wait_for
+from harness.processes import ROOT, daphne_running, free_port, wait_for
 from inference.launcher import EngineConfig, EngineProcess
 
 LOGS = Path(settings.DATA_DIR) / "bench-logs"

@@ -28,11 +28,20 @@ INSTALLED_APPS = [
     "apitokens",
     "jobs",
     "frontend",
+    "monitoring",
+    "csp",
+    "accounts",
 ]
 
 MIDDLEWARE = [
+    # A request id on every log record of the request (monitoring/).
+    "monitoring.middleware.request_id_middleware",
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every response (see Security below).
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Refuses a throttled login before its session is loaded (accounts/).
+    "accounts.throttle.login_throttle_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -161,8 +170,6 @@ CHAT_SYSTEM_PROMPT_MAX_CHARS = env_int("CHAT_SYSTEM_PROMPT_MAX_CHARS", 4000, min
 CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
 
 # Monitoring (monitoring/).
-INSTALLED_APPS += ["monitoring"]
-MIDDLEWARE.insert(0, "monitoring.middleware.RequestIdMiddleware")
 # Read by prometheus_client itself at import; set it before the process starts to
 # aggregate the metrics of several processes (docs/monitoring.md).
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
@@ -281,10 +288,6 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
 # Content-Security-Policy on every response (django-csp): scripts and styles only from this
 # site's static files, no inline script or event handler, no plugins, no framing.
-INSTALLED_APPS += ["csp", "accounts"]
-MIDDLEWARE.insert(
-    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1, "csp.middleware.CSPMiddleware"
-)
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],
@@ -302,7 +305,3 @@ CONTENT_SECURITY_POLICY = {
 LOGIN_FAILURES_PER_USERNAME = env_int("LOGIN_FAILURES_PER_USERNAME", 5, minimum=1)
 LOGIN_FAILURES_PER_IP = env_int("LOGIN_FAILURES_PER_IP", 20, minimum=1)
 LOGIN_THROTTLE_SECONDS = env_int("LOGIN_THROTTLE_SECONDS", 300, minimum=1)
-MIDDLEWARE.insert(
-    MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
-    "accounts.throttle.LoginThrottleMiddleware",
-)

@@ -14,7 +14,6 @@ While it runs, a heartbeat key says the answer is alive; the sweeper
 
 import asyncio
 import contextvars
-import hashlib
 import logging
 import time
 import weakref
@@ -31,6 +30,7 @@ from frontend import admission, protocol, services, streams
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
+from inference.isolation import cache_salt
 from inference.prompt import PromptCounts, PromptTooLong, assemble
 from monitoring import metrics
 from monitoring.logcontext import bind_log_context
@@ -57,9 +57,7 @@ TIMEOUT_NOTES = {
 
 def cache_salt_for(user_id: int) -> str | None:
     """A per-user salt so the prefix cache never serves one user's history to another."""
-    if not settings.CHAT_CACHE_SALT_PER_USER:
-        return None
-    return hashlib.sha256(f"{settings.SECRET_KEY}:cache-salt:{user_id}".encode()).hexdigest()[:32]
+    return cache_salt("cache-salt", user_id) if settings.CHAT_CACHE_SALT_PER_USER else None
 
 
 def _dropped_note(dropped: int) -> str:

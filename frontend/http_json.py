@@ -12,6 +12,7 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
+from apitokens.auth import bearer_token
 from frontend.protocol import Refusal
 
 
@@ -63,7 +64,7 @@ def read_json(request: HttpRequest, *, max_bytes: int) -> dict:
 def check_csrf(request: HttpRequest) -> None:
     """Writes authenticated by the session cookie need Django's CSRF token; bearer-token
     requests carry no cookie a third-party page could ride on, so they need none."""
-    if request.headers.get("Authorization", "").lower().startswith("bearer "):
+    if bearer_token(request) is not None:
         return
     rejection = CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
     if rejection is not None:

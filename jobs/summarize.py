@@ -7,14 +7,12 @@ engine's /tokenize and /detokenize), each chunk is summarized, and the chunk
 summaries are summarized in turn until one remains. Nothing is cut off.
 """
 
-import hashlib
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
-from django.conf import settings
-
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
+from inference.isolation import cache_salt
 
 PRESETS = {
     "paragraph": (
@@ -56,7 +54,7 @@ class Summary:
 
 def cache_salt_for_owner(owner_id: int) -> str:
     """One salt per job owner: their jobs share cached instructions, other users' never do."""
-    return hashlib.sha256(f"{settings.SECRET_KEY}:jobs-cache-salt:{owner_id}".encode()).hexdigest()[:32]
+    return cache_salt("jobs-cache-salt", owner_id)
 
 
 class Summarizer:

@@ -12,13 +12,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from apitokens.auth import user_for_token
+from apitokens.auth import bearer_token, user_for_token
+from apitokens.models import Scope
 from jobs import selectors, services
 from jobs.exports import jsonl_lines
 from jobs.ingest import UploadRejected, documents_from_files, documents_from_records
 from jobs.models import Job
-
-SCOPE = "jobs.submit"
 
 
 def _error(status: int, code: str, detail: str) -> JsonResponse:
@@ -26,10 +25,8 @@ def _error(status: int, code: str, detail: str) -> JsonResponse:
 
 
 def _token_user(request: HttpRequest):
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not raw.strip():
-        return None
-    return user_for_token(raw.strip(), SCOPE)
+    raw = bearer_token(request)
+    return user_for_token(raw, Scope.JOBS_SUBMIT) if raw else None
 
 
 def _job_json(job: Job) -> dict:

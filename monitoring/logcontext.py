@@ -1,7 +1,7 @@
 """Request, conversation and message ids on every log record.
 
 The ids live in context variables, so they follow the code that set them: an HTTP
-request (RequestIdMiddleware) or one answer's generation task (`bind_log_context`
+request (request_id_middleware) or one answer's generation task (`bind_log_context`
 at its start; asyncio gives each task its own copy of the context). `ContextFilter`
 copies them onto each record, and both formatters print them.
 """

@@ -2,7 +2,8 @@
 
 import re
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction
+from django.utils.decorators import sync_and_async_middleware
 
 from monitoring.logcontext import new_request_id, scoped_log_context
 
@@ -15,27 +16,25 @@ def _request_id(request) -> str:
     return given if _VALID_ID.match(given) else new_request_id()
 
 
-class RequestIdMiddleware:
-    sync_capable = True
-    async_capable = True
+@sync_and_async_middleware
+def request_id_middleware(get_response):
+    """Runs in the async chain without a thread hop, and in the sync one."""
+    if iscoroutinefunction(get_response):
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
+        async def middleware(request):
+            request_id = _request_id(request)
+            with scoped_log_context(request_id=request_id, conversation_id=None, message_id=None):
+                response = await get_response(request)
+            response["X-Request-Id"] = request_id
+            return response
 
-    def __call__(self, request):
-        if iscoroutinefunction(self):
-            return self._acall(request)
-        request_id = _request_id(request)
-        with scoped_log_context(request_id=request_id, conversation_id=None, message_id=None):
-            response = self.get_response(request)
-        response["X-Request-Id"] = request_id
-        return response
+    else:
 
-    async def _acall(self, request):
-        request_id = _request_id(request)
-        with scoped_log_context(request_id=request_id, conversation_id=None, message_id=None):
-            response = await self.get_response(request)
-        response["X-Request-Id"] = request_id
-        return response
+        def middleware(request):
+            request_id = _request_id(request)
+            with scoped_log_context(request_id=request_id, conversation_id=None, message_id=None):
+                response = get_response(request)
+            response["X-Request-Id"] = request_id
+            return response
+
+    return middleware

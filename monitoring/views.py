@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
+from apitokens.auth import bearer_token
 from monitoring import metrics
 from monitoring.figures import dashboard_figures
 
@@ -17,8 +18,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     """The web tier's metrics in Prometheus' text format (every process's, in multiprocess mode)."""
     token = settings.MONITORING_METRICS_TOKEN
     if token:
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        given = bearer_token(request) or ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
             return HttpResponse("A bearer token is required.\n", status=401, content_type="text/plain")
     body, content_type = metrics.render()
     return HttpResponse(body, content_type=content_type)

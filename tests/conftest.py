@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection, connections
 from prometheus_client.parser import text_string_to_metric_families
 
-from chatsite.processes import ROOT, daphne_running, free_port, wait_for
+from harness.processes import ROOT, daphne_running, free_port, wait_for
 from inference.engine import engine_client
 from inference.launcher import EngineConfig, EngineProcess
 

@@ -76,7 +76,7 @@ def test_it_binds_the_request_id_while_the_view_runs(rf):
     from django.http import HttpResponse
 
     from monitoring.logcontext import log_context
-    from monitoring.middleware import RequestIdMiddleware
+    from monitoring.middleware import request_id_middleware
 
     seen = {}
 
@@ -84,6 +84,6 @@ def test_it_binds_the_request_id_while_the_view_runs(rf):
         seen.update(log_context())
         return HttpResponse()
 
-    response = RequestIdMiddleware(view)(rf.get("/", headers={"X-Request-Id": "probe-42"}))
+    response = request_id_middleware(view)(rf.get("/", headers={"X-Request-Id": "probe-42"}))
     assert seen == {"request_id": "probe-42", "conversation_id": None, "message_id": None}
     assert response["X-Request-Id"] == "probe-42"

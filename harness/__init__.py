@@ -1,0 +1,1 @@
+"""How the test suite and the benchmarks start the product's processes: as `make run` does."""

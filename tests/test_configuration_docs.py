@@ -1,0 +1,29 @@
+"""docs/configuration.md lists every environment variable the product reads, and no other."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "configuration.md").read_text()
+
+
+def documented() -> set[str]:
+    rows = [line for line in DOC.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[1])}
+
+
+def read_by_the_product() -> set[str]:
+    settings = (ROOT / "chatsite" / "settings.py").read_text()
+    names = set(re.findall(r'env_(?:str|int|float|bool|list)\(\s*"([A-Z0-9_]+)"', settings))
+    # Variables the processes read themselves: the Procfile's and the Makefile's.
+    names |= set(re.findall(r"\$\{([A-Z0-9_]+)", (ROOT / "Procfile").read_text()))
+    names |= set(re.findall(r"^([A-Z][A-Z0-9_]+) \?=", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    return names
+
+
+def test_it_documents_every_variable_the_product_reads():
+    assert read_by_the_product() - documented() == set()
+
+
+def test_it_documents_no_variable_the_product_does_not_read():
+    assert documented() - read_by_the_product() == set()
