@@ -112,7 +112,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         generation = await answer_start(
             user=self.user, engine=engine_client(), start_turn=start_turn, **arguments
         )
-        await self.send_json(protocol.started(generation.turn))
+        turn = generation.turn
+        await self.send_json(
+            protocol.started(
+                conversation_id=turn.conversation_id,
+                message_id=turn.assistant_message_id,
+                user_message_id=turn.user_message_id,
+            )
+        )
         self._follow(generation.message_id, after=-1)
 
     def _follow(self, message_id: int, after: int) -> None:

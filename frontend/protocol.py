@@ -13,7 +13,6 @@ from django.conf import settings
 
 if TYPE_CHECKING:
     from frontend.models import Message
-    from frontend.services import Turn
 
 CLIENT_FRAMES = ("chat.send", "chat.stop", "chat.resume", "chat.regenerate", "chat.edit")
 SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")
@@ -85,12 +84,13 @@ def error(code: str, detail: str, **extra) -> dict:
     return {"type": "chat.error", "code": code, "detail": detail, **extra}
 
 
-def started(turn: "Turn") -> dict:
+def started(*, conversation_id: int, message_id: int, user_message_id: int) -> dict:
+    """An answer has begun: `message_id` is the answer's, `user_message_id` the stored question's."""
     return {
         "type": "chat.started",
-        "conversation": turn.conversation_id,
-        "message": turn.assistant_message_id,
-        "user_message": turn.user_message_id,
+        "conversation": conversation_id,
+        "message": message_id,
+        "user_message": user_message_id,
     }
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 import redisconn
 from inference.client import EngineClient, EngineError, OpenAIEngineClient
-from jobs import selectors, services
+from jobs import claims, selectors
 from jobs.ingest import DocumentError, decode_text
 from jobs.models import Job
 from jobs.shaping import LoadProbe, Shaper
@@ -152,7 +152,7 @@ class JobRunner:
             cache_salt=cache_salt_for_owner(job.owner_id),
         )
         # Started tasks in start order, so preemption takes the newest.
-        self._inflight: dict[asyncio.Task, services.Claim] = {}
+        self._inflight: dict[asyncio.Task, claims.Claim] = {}
         self._preempted: set[asyncio.Task] = set()
         self.peak_inflight = 0
 
@@ -180,7 +180,7 @@ class JobRunner:
                 self._preempt_above(limit)
             out_of_time = loop.time() >= self._deadline
             while not out_of_time and len(self._inflight) < limit:
-                claim = await sync_to_async(services.document_claim)(job_id=self.job_id, worker=self.worker)
+                claim = await sync_to_async(claims.document_claim)(job_id=self.job_id, worker=self.worker)
                 if claim is None:
                     break
                 task = asyncio.create_task(
@@ -226,19 +226,19 @@ class JobRunner:
             await asyncio.gather(*self._inflight, return_exceptions=True)
         self._inflight.clear()
 
-    async def _process(self, claim: services.Claim) -> None:
+    async def _process(self, claim: claims.Claim) -> None:
         started = time.monotonic()
         try:
             text = claim.text
             if not text and claim.pdf is not None:
                 text = await pdf_text(claim.pdf, settings.BULK_PDF_TIMEOUT)
-                await sync_to_async(services.document_set_text)(document_id=claim.document_id, text=text)
+                await sync_to_async(claims.document_set_text)(document_id=claim.document_id, text=text)
             summary = await self._summarizer.summarize(
                 text, request_id=f"job-{self.job_id}-doc-{claim.document_id}-a{claim.attempt}"
             )
         except asyncio.CancelledError:
             # Preempted, cancelled job, or the run is ending: the attempt does not count.
-            await sync_to_async(services.document_release)(document_id=claim.document_id, worker=self.worker)
+            await sync_to_async(claims.document_release)(document_id=claim.document_id, worker=self.worker)
             raise
         except DocumentError as exc:
             await self._fail(claim, str(exc), retryable=False)
@@ -249,13 +249,13 @@ class JobRunner:
             await self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
         else:
             duration_ms = round((time.monotonic() - started) * 1000, 1)
-            await sync_to_async(services.document_complete)(
+            await sync_to_async(claims.document_complete)(
                 document_id=claim.document_id, summary=summary, duration_ms=duration_ms
             )
 
-    async def _fail(self, claim: services.Claim, error: str, *, retryable: bool) -> None:
+    async def _fail(self, claim: claims.Claim, error: str, *, retryable: bool) -> None:
         log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)
-        await sync_to_async(services.document_fail)(
+        await sync_to_async(claims.document_fail)(
             document_id=claim.document_id, worker=self.worker, error=error, retryable=retryable
         )
 
@@ -278,7 +278,7 @@ async def run_job(
         return "gone"
     if job.status not in Job.ACTIVE:
         return job.status
-    await sync_to_async(services.job_mark_running)(job_id=job_id)
+    await sync_to_async(claims.job_mark_running)(job_id=job_id)
     own_engine = engine is None
     engine = engine or new_engine_client()
     r = redisconn.new_client()
@@ -309,6 +309,6 @@ async def run_job(
         if own_engine:
             await engine.aclose()
     if outcome == "finished":
-        final = await sync_to_async(services.job_finish)(job_id=job_id)
+        final = await sync_to_async(claims.job_finish)(job_id=job_id)
         log.info("job %s finished: %s (peak %s in flight)", job_id, final, runner.peak_inflight)
     return outcome

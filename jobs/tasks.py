@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from redis.exceptions import RedisError
 
-from jobs import runner, services
+from jobs import claims, runner
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def job_run(self, job_id: int) -> str:
 @shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
 def jobs_recover(hostname: str, boot: str) -> list[int]:
     """Release what a previous life of this worker held and resume every active job."""
-    job_ids = services.worker_recover(hostname=hostname, boot=boot)
+    job_ids = claims.worker_recover(hostname=hostname, boot=boot)
     for job_id in job_ids:
         job_run.delay(job_id)
     if job_ids:

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from jobs import services
+from jobs import claims, services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import Summary
@@ -34,7 +34,7 @@ def finished_job(owner) -> Job:
         start=False,
     )
     first, second = job.documents.order_by("id")
-    services.document_complete(
+    claims.document_complete(
         document_id=first.pk,
         summary=Summary(
             text=HOSTILE, finish_reason="stop", engine_calls=1, prompt_tokens=50, cached_tokens=32

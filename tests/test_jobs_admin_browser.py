@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from jobs import services
+from jobs import claims, services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import Summary
@@ -27,9 +27,7 @@ def test_it_updates_progress_on_the_job_list_without_a_reload(page, live_server)
     counts = page.locator(f'[data-job-progress="{job.pk}"] [data-field="counts"]')
     expect(counts).to_have_text("0 done, 0 failed of 4")
     first, second, *_ = job.documents.order_by("id")
-    services.document_complete(
-        document_id=first.pk, summary=Summary(text="S.", engine_calls=1), duration_ms=1
-    )
+    claims.document_complete(document_id=first.pk, summary=Summary(text="S.", engine_calls=1), duration_ms=1)
     Document.objects.filter(pk=second.pk).update(status="failed", error="x")
     expect(counts).to_have_text("1 done, 1 failed of 4", timeout=10_000)
     assert page.locator(f'[data-job-progress="{job.pk}"] progress').get_attribute("value") == "2"

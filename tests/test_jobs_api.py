@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apitokens.services import token_issue, token_revoke
-from jobs import services
+from jobs import claims, services
 from jobs.models import Document, Job
 from jobs.summarize import Summary
 from tests.jobs_fakes import staff_user
@@ -110,7 +110,7 @@ def test_it_hides_other_users_jobs(client, staff):
 def test_it_streams_results_in_the_openai_batch_shape(client, staff):
     job = services.job_create(owner=staff, documents=_inputs(3), start=False)
     first, second, third = job.documents.order_by("id")
-    services.document_complete(
+    claims.document_complete(
         document_id=first.pk,
         summary=Summary(
             text="A <b>summary</b>.",
