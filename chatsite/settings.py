@@ -178,10 +178,10 @@ MONITORING_METRICS_TOKEN = env_str("MONITORING_METRICS_TOKEN", "")
 MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
 MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
 LOG_FORMAT = env_str("LOG_FORMAT", "plain")
-LOGGING["filters"] = {"log_ids": {"()": "monitoring.logcontext.ContextFilter"}}
+LOGGING["filters"] = {"log_ids": {"()": "logcontext.ContextFilter"}}
 LOGGING["formatters"] = {
-    "plain": {"()": "monitoring.logcontext.PlainFormatter"},
-    "json": {"()": "monitoring.logcontext.JsonFormatter"},
+    "plain": {"()": "logcontext.PlainFormatter"},
+    "json": {"()": "logcontext.JsonFormatter"},
 }
 LOGGING["handlers"]["console"].update(formatter=LOG_FORMAT, filters=["log_ids"])
 

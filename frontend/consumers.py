@@ -15,12 +15,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import protocol, selectors, services, streams
+from frontend import metrics, protocol, selectors, services, streams
 from frontend.generation import RUNNING, answer_start
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.engine import engine_client
-from monitoring import metrics
 
 log = logging.getLogger(__name__)
 

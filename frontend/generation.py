@@ -26,14 +26,13 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import admission, protocol, services, streams
+from frontend import admission, metrics, protocol, services, streams
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
 from inference.prompt import PromptCounts, PromptTooLong, assemble
-from monitoring import metrics
-from monitoring.logcontext import bind_log_context
+from logcontext import bind_log_context
 from redisconn import keys
 
 log = logging.getLogger(__name__)

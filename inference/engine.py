@@ -4,9 +4,9 @@ import functools
 
 from django.conf import settings
 
+from inference import metrics
 from inference.breaker import CircuitBreaker, GuardedEngineClient
 from inference.client import EngineClient, OpenAIEngineClient
-from monitoring import metrics
 
 
 @functools.cache

@@ -1,9 +1,5 @@
-"""The web tier's Prometheus metrics and the functions that move them.
-
-Call sites (generation, consumer, admission control, circuit breaker) call the
-small functions below and never touch a metric object, so names and buckets live
-in one place. Bulk job progress is read from the database at scrape time
-(monitoring.jobs).
+"""/metrics' exposition: the metrics the apps own (frontend.metrics, inference.metrics) and
+bulk job progress, read from the database at scrape time (monitoring.jobs).
 
 Several web processes share one view when PROMETHEUS_MULTIPROC_DIR is set before
 they start: prometheus_client then writes every value to memory-mapped files in
@@ -13,64 +9,12 @@ own figures. docs/monitoring.md has the details.
 
 import os
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
-# Seconds. Dense below one second, where chat latency lives on any host.
-TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60)
-GAP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5)
-RATE_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 40, 60, 80, 120, 200, 400)
-CIRCUIT_STATES = {"closed": 0, "half_open": 1, "open": 2}
-
-TIME_TO_FIRST_TOKEN = Histogram(
-    "chat_time_to_first_token_seconds",
-    "From the start of an answer to its first token arriving from the engine, as the web tier sees it.",
-    buckets=TTFT_BUCKETS,
-)
-TIME_BETWEEN_TOKENS = Histogram(
-    "chat_time_between_tokens_seconds",
-    "Gap between two consecutive streamed tokens of one answer, as the web tier sees it.",
-    buckets=GAP_BUCKETS,
-)
-STREAMED_TOKENS = Counter(
-    "chat_streamed_tokens_total", "Token deltas streamed to browsers; its rate is the web tier's tokens/s."
-)
-GENERATION_TOKENS_PER_SECOND = Histogram(
-    "chat_generation_tokens_per_second",
-    "Decode speed of one finished answer: completion tokens over the time after the first token.",
-    buckets=RATE_BUCKETS,
-)
-COMPLETION_TOKENS = Counter("chat_completion_tokens_total", "Completion tokens the engine reported.")
-GENERATIONS = Counter("chat_generations_total", "Answers that ended, by final status.", ["status"])
-GENERATION_DURATION = Histogram(
-    "chat_generation_duration_seconds",
-    "Whole answer, start to end.",
-    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
-)
-ACTIVE_GENERATIONS = Gauge(
-    "chat_active_generations", "Answers streaming right now.", multiprocess_mode="livesum"
-)
-WEBSOCKET_CONNECTIONS = Gauge(
-    "chat_websocket_connections", "Open chat WebSocket connections.", multiprocess_mode="livesum"
-)
-WEBSOCKET_CONNECTIONS_OPENED = Counter("chat_websocket_connections_opened_total", "Accepted chat WebSockets.")
-ADMISSIONS_REFUSED = Counter(
-    "chat_admissions_refused_total", "Chat requests refused by admission control, by reason.", ["reason"]
-)
-ENGINE_ERRORS = Counter("chat_engine_errors_total", "Failed engine calls, by error code.", ["code"])
-CIRCUIT_STATE = Gauge(
-    "chat_engine_circuit_state",
-    "Engine circuit breaker: 0 closed, 1 half-open, 2 open (the worst over processes).",
-    multiprocess_mode="livemax",
-)
+# Imported for their metrics: a process that has not used them yet still exposes them.
+from frontend import metrics as chat_metrics  # noqa: F401
+from inference import metrics as engine_metrics  # noqa: F401
+from monitoring.jobs import BulkJobsCollector
 
 
 def multiprocess_enabled() -> bool:
@@ -87,80 +31,9 @@ class _Exposition:
         else:
             registry = REGISTRY
         yield from registry.collect()
-        from monitoring.jobs import BulkJobsCollector
-
         yield from BulkJobsCollector().collect()
 
 
 def render() -> tuple[bytes, str]:
     """The exposition text for /metrics and its content type."""
     return generate_latest(_Exposition()), CONTENT_TYPE_LATEST
-
-
-def generation_started() -> None:
-    """An answer began streaming; pair with generation_ended() in a `finally`."""
-    ACTIVE_GENERATIONS.inc()
-
-
-def generation_ended() -> None:
-    ACTIVE_GENERATIONS.dec()
-
-
-def first_token(seconds: float) -> None:
-    TIME_TO_FIRST_TOKEN.observe(seconds)
-    STREAMED_TOKENS.inc()
-
-
-def token_gap(seconds: float) -> None:
-    TIME_BETWEEN_TOKENS.observe(seconds)
-    STREAMED_TOKENS.inc()
-
-
-class TokenClock:
-    """Times one answer's tokens: the first against the start, the others against the previous one."""
-
-    def __init__(self, started: float) -> None:
-        self._started = started
-        self._previous: float | None = None
-
-    def tick(self, now: float) -> None:
-        if self._previous is None:
-            first_token(now - self._started)
-        else:
-            token_gap(now - self._previous)
-        self._previous = now
-
-
-def generation_finished(
-    status: str, completion_tokens: int | None, seconds: float, *, ttft_seconds: float | None = None
-) -> None:
-    """An answer ended with `status` (the stored message's) after `seconds`."""
-    GENERATIONS.labels(status=str(status)).inc()
-    GENERATION_DURATION.observe(seconds)
-    if completion_tokens:
-        COMPLETION_TOKENS.inc(completion_tokens)
-        decode_seconds = seconds - (ttft_seconds or 0.0)
-        if ttft_seconds is not None and completion_tokens > 1 and decode_seconds > 0:
-            GENERATION_TOKENS_PER_SECOND.observe((completion_tokens - 1) / decode_seconds)
-
-
-def websocket_opened() -> None:
-    WEBSOCKET_CONNECTIONS.inc()
-    WEBSOCKET_CONNECTIONS_OPENED.inc()
-
-
-def websocket_closed() -> None:
-    WEBSOCKET_CONNECTIONS.dec()
-
-
-def admission_refused(reason: str) -> None:
-    ADMISSIONS_REFUSED.labels(reason=reason).inc()
-
-
-def engine_error(code: str) -> None:
-    ENGINE_ERRORS.labels(code=code).inc()
-
-
-def circuit_state(state: str) -> None:
-    """The breaker moved to `closed`, `half_open` or `open`."""
-    CIRCUIT_STATE.set(CIRCUIT_STATES[state])

@@ -5,7 +5,7 @@ import re
 from asgiref.sync import iscoroutinefunction
 from django.utils.decorators import sync_and_async_middleware
 
-from monitoring.logcontext import new_request_id, scoped_log_context
+from logcontext import new_request_id, scoped_log_context
 
 # A caller's id is kept only when it is short and plain, so logs cannot be forged with it.
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")

@@ -8,7 +8,7 @@ import logging
 import pytest
 from django.conf import settings
 
-from monitoring.logcontext import ContextFilter, JsonFormatter, PlainFormatter, bind_log_context
+from logcontext import ContextFilter, JsonFormatter, PlainFormatter, bind_log_context
 
 
 def capture(formatter: logging.Formatter) -> tuple[logging.Logger, io.StringIO]:
@@ -75,7 +75,7 @@ def test_it_gives_each_http_request_an_id_and_keeps_a_plain_caller_id(client):
 def test_it_binds_the_request_id_while_the_view_runs(rf):
     from django.http import HttpResponse
 
-    from monitoring.logcontext import log_context
+    from logcontext import log_context
     from monitoring.middleware import request_id_middleware
 
     seen = {}

@@ -111,7 +111,10 @@ def test_it_moves_when_a_real_chat_runs(product_server, ws_url, origin):
 
 def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
     """Two processes write to one PROMETHEUS_MULTIPROC_DIR; a third renders their sum."""
-    setup = "import django; django.setup(); from monitoring import metrics\n"
+    setup = (
+        "import django\ndjango.setup()\nfrom frontend import metrics\n"
+        "from inference import metrics as engine\n"
+    )
     env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
     writer = setup + textwrap.dedent(
         """
@@ -119,12 +122,14 @@ def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
         metrics.first_token(0.2)
         metrics.token_gap(0.05)
         metrics.engine_error("engine_timeout")
-        metrics.circuit_state("open")
+        engine.circuit_state("open")
         """
     )
     for _ in range(2):
         subprocess.run([sys.executable, "-c", writer], env=_env(env), check=True, timeout=60)
-    reader = setup + "import sys; sys.stdout.write(metrics.render()[0].decode())"
+    reader = (
+        setup + "import sys; from monitoring.metrics import render; sys.stdout.write(render()[0].decode())"
+    )
     # The writers exited, so their live gauges are gone; counters and histograms remain.
     text = subprocess.run(
         [sys.executable, "-c", reader], env=_env(env), check=True, timeout=60, capture_output=True, text=True

@@ -10,7 +10,7 @@ from django.test import RequestFactory
 from django.views.debug import SafeExceptionReporterFilter
 
 from apitokens.services import token_issue, token_revoke
-from monitoring.logcontext import ContextFilter, JsonFormatter, PlainFormatter
+from logcontext import ContextFilter, JsonFormatter, PlainFormatter
 from tests.conftest import LOGS, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
