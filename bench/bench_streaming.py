@@ -11,7 +11,6 @@ import argparse
 import asyncio
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.clients import ProductChat, RawEngine, run_concurrently
 from bench.processes import (
@@ -24,6 +23,7 @@ from bench.processes import (
 )
 from bench.prompts import PROMPTS, SHORT_SYSTEM_PROMPT, new_salt
 from bench.results import arguments, best, engine_settings, repeats, save, summarize
+from inference.client import metric_sums
 
 LEVELS = (1, 4, 16, 32)
 MAX_TOKENS = 64
@@ -76,15 +76,10 @@ async def web_tier_ttft(base_url: str) -> tuple[float, float]:
     """Sum and count of the product's chat_time_to_first_token_seconds histogram."""
     async with httpx.AsyncClient() as client:
         text = (await client.get(base_url + "/metrics", timeout=10)).text
-    values = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name.startswith("chat_time_to_first_token_seconds_")
-    }
-    return values.get("chat_time_to_first_token_seconds_sum", 0.0), values.get(
-        "chat_time_to_first_token_seconds_count", 0.0
+    sums = metric_sums(
+        text, ["chat_time_to_first_token_seconds_sum", "chat_time_to_first_token_seconds_count"]
     )
+    return sums["chat_time_to_first_token_seconds_sum"], sums["chat_time_to_first_token_seconds_count"]
 
 
 def compare(raw: dict, product: dict) -> dict:

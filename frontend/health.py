@@ -1,13 +1,11 @@
 """/healthz: the state of everything a chat needs, for load balancers and people."""
 
-import httpx
 import redis
-from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
 import redisconn
-from inference.engine import engine_client
+from inference.engine import engine_client, engine_health
 
 
 def _database() -> str:
@@ -27,16 +25,8 @@ def _redis() -> str:
     return "ok"
 
 
-def _engine() -> str:
-    try:
-        response = httpx.get(settings.INFERENCE_URL.rstrip("/") + "/health", timeout=2)
-    except httpx.HTTPError as exc:
-        return f"error: {exc.__class__.__name__}"
-    return "ok" if response.status_code == 200 else f"error: status {response.status_code}"
-
-
 def healthz(request: HttpRequest) -> JsonResponse:
-    checks = {"database": _database(), "redis": _redis(), "engine": _engine()}
+    checks = {"database": _database(), "redis": _redis(), "engine": engine_health()}
     healthy = all(state == "ok" for state in checks.values())
     return JsonResponse(
         {

@@ -12,9 +12,12 @@ machine below is the whole of it.
 """
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 
-from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
+from inference.client import ChatRequest, Completion, EngineClient, EngineError, EngineLoad, TextDelta
+
+T = TypeVar("T")
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
@@ -108,15 +111,32 @@ class GuardedEngineClient:
         finally:
             self._guard(outcome)
 
-    async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+    async def _call(self, method: Callable[..., Awaitable[T]], *args) -> T:
         self.breaker.before_call()
         try:
-            count = await self.inner.count_prompt_tokens(messages)
+            result = await method(*args)
         except BaseException as exc:
             self._guard(exc)
             raise
         self._guard(None)
-        return count
+        return result
+
+    async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        return await self._call(self.inner.count_prompt_tokens, messages)
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self._call(self.inner.tokenize, text)
+
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        return await self._call(self.inner.detokenize, token_ids)
+
+    # Probes: they report on the engine, the breaker does not count them.
 
     async def is_healthy(self) -> bool:
         return await self.inner.is_healthy()
+
+    async def load(self) -> EngineLoad:
+        return await self.inner.load()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

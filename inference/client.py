@@ -89,6 +89,20 @@ class EngineClient(Protocol):
         """What the engine is doing now, from its metrics."""
         ...
 
+    async def aclose(self) -> None:
+        """Close the connection pools; a client lives on one event loop."""
+        ...
+
+
+def metric_sums(text: str, names: Sequence[str]) -> dict[str, float]:
+    """Each named sample of an engine's /metrics text, summed over its labels."""
+    sums = dict.fromkeys(names, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in sums:
+                sums[sample.name] += sample.value
+    return sums
+
 
 def _engine_error(exc: Exception) -> EngineError:
     if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
@@ -197,11 +211,7 @@ class OpenAIEngineClient:
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise _engine_error(exc) from exc
-        gauges = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                if sample.name in gauges:
-                    gauges[sample.name] += sample.value
+        gauges = metric_sums(response.text, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
         return EngineLoad(
             running=int(gauges["vllm:num_requests_running"]), waiting=int(gauges["vllm:num_requests_waiting"])
         )

@@ -20,7 +20,8 @@ from django.conf import settings
 from django.utils import timezone
 
 import redisconn
-from inference.client import EngineClient, EngineError, OpenAIEngineClient
+from inference.client import EngineClient, EngineError
+from inference.engine import new_engine_client
 from jobs import claims, selectors
 from jobs.ingest import DocumentError, decode_text
 from jobs.models import Job
@@ -33,16 +34,6 @@ log = logging.getLogger(__name__)
 # Engine failures worth another attempt; a refused request fails the same way again.
 PERMANENT_CODES = {"engine_rejected"}
 STATUS_EVERY = 1.0
-
-
-def new_engine_client() -> OpenAIEngineClient:
-    """A client for this run's event loop (its connection pools belong to the loop)."""
-    return OpenAIEngineClient(
-        settings.INFERENCE_URL,
-        settings.INFERENCE_MODEL_NAME,
-        connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
-        token_timeout=settings.INFERENCE_TOKEN_TIMEOUT,
-    )
 
 
 def new_shaper() -> Shaper:

@@ -12,10 +12,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import httpx
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.engine import engine_metrics
 from monitoring import metrics
 
 Snapshot = dict[str, float]
@@ -47,12 +47,8 @@ def parse(text: str) -> Snapshot:
 
 def scrape_engine() -> tuple[Snapshot | None, str | None]:
     """The engine's metrics, or None and the reason it could not be read."""
-    try:
-        response = httpx.get(settings.INFERENCE_URL.rstrip("/") + "/metrics", timeout=2)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        return None, f"{exc.__class__.__name__}: {exc}"
-    return parse(response.text), None
+    text, error = engine_metrics()
+    return (None, error) if text is None else (parse(text), None)
 
 
 def histogram_quantile(q: float, name: str, new: Snapshot, old: Snapshot | None) -> float | None:

@@ -19,9 +19,9 @@ import redis
 from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.processes import ROOT, daphne_running, free_port, wait_for
+from inference.client import metric_sums
 from inference.engine import engine_client
 from inference.launcher import EngineConfig, EngineProcess
 
@@ -68,12 +68,7 @@ def engine_gauge(engine_url: str, name: str) -> float:
     """The current value of one of the engine's Prometheus gauges, summed over labels."""
     # Generous: a busy machine slows the engine's HTTP server, not what it reports.
     text = httpx.get(engine_url + "/metrics", timeout=30).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    )
+    return metric_sums(text, [name])[name]
 
 
 @pytest.fixture(scope="session", autouse=True)

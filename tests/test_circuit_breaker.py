@@ -68,3 +68,29 @@ async def test_it_reopens_when_the_probe_fails_and_ignores_refused_requests():
         await drain(failing, REQUEST)
     assert breaker.state == OPEN
     assert breaker.retry_after() == pytest.approx(5)
+
+
+class Unreachable:
+    """An engine that cannot be reached, for every kind of call."""
+
+    async def tokenize(self, text: str) -> list[int]:
+        raise EngineError("down", code="engine_unavailable")
+
+    async def load(self):
+        raise EngineError("down", code="engine_unavailable")
+
+
+async def test_it_guards_every_engine_request_and_lets_probes_through():
+    breaker = CircuitBreaker(failure_threshold=2, cool_down=10, clock=Clock())
+    client = GuardedEngineClient(Unreachable(), breaker)
+    for _ in range(3):  # reading the engine's load is a probe: it never opens the circuit
+        with pytest.raises(EngineError):
+            await client.load()
+    assert breaker.state == CLOSED
+    for _ in range(2):
+        with pytest.raises(EngineError):
+            await client.tokenize("some text")
+    assert breaker.state == OPEN
+    with pytest.raises(EngineError) as refused:
+        await client.tokenize("some text")
+    assert refused.value.code == "engine_unavailable" and refused.value.extra["retry_after"] > 0
