@@ -4,18 +4,16 @@ A `Generation` runs as its own asyncio task, owned by the web process rather tha
 by any WebSocket: a dropped connection does not stop it. Every frame it makes
 goes into the answer's Redis stream (frontend.streams), which any connection of
 the user, in any web process, follows or resumes. Only an explicit stop (from any
-tab: a local call, or a Redis pub/sub message from another process) or a timeout
-aborts the engine request: cancelling the task closes the engine stream.
+tab: a local call, or a message from another process, frontend.watcher) or a timeout
+(frontend.deadlines) aborts the engine request: cancelling the task closes the
+engine stream.
 
 The message row is written once, when the answer ends, whichever way it ends.
-While it runs, a heartbeat key says the answer is alive; the sweeper
-(frontend.tasks) marks answers without one as interrupted.
 """
 
 import asyncio
 import contextvars
 import logging
-import time
 import weakref
 from collections.abc import Callable
 from contextlib import aclosing
@@ -26,14 +24,14 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import admission, metrics, protocol, services, streams
+from frontend import admission, metrics, outcomes, protocol, services, streams, watcher
+from frontend.deadlines import AnswerTimeout, Deadlines
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
-from inference.prompt import PromptCounts, PromptTooLong, assemble
+from inference.prompt import PromptCounts, assemble
 from logcontext import bind_log_context
-from redisconn import keys
 
 log = logging.getLogger(__name__)
 
@@ -43,53 +41,16 @@ RUNNING: dict[int, "Generation"] = {}
 # count on every turn (inference.prompt.PromptCounts).
 _prompt_counts: "weakref.WeakKeyDictionary[EngineClient, PromptCounts]" = weakref.WeakKeyDictionary()
 
-STOP_NOTES = {
-    "user": "Stopped by the user.",
-    "disconnect": "The HTTP client went away before the answer finished.",
-}
-TIMEOUT_NOTES = {
-    "timeout_first_token": "The engine sent no first token within {:g} s.",
-    "timeout_between_tokens": "The engine sent no token for {:g} s.",
-    "timeout_total": "The answer took longer than {:g} s.",
-}
-
 
 def cache_salt_for(user_id: int) -> str | None:
     """A per-user salt so the prefix cache never serves one user's history to another."""
     return cache_salt("cache-salt", user_id) if settings.CHAT_CACHE_SALT_PER_USER else None
 
 
-def _dropped_note(dropped: int) -> str:
-    if not dropped:
-        return ""
-    turns = "turn" if dropped == 1 else "turns"
-    return (
-        f"The {dropped} oldest {turns} of this conversation were left out of the prompt "
-        "to fit the model's context window."
-    )
-
-
-class _Timeout(Exception):
-    def __init__(self, code: str, seconds: float):
-        self.code = code
-        self.detail = TIMEOUT_NOTES[code].format(seconds)
-
-
-def _failure(exc: Exception) -> tuple[str, str, str]:
-    """(status, code, detail) for an answer that failed with `exc`."""
-    if isinstance(exc, _Timeout):
-        return Message.Status.TIMEOUT, exc.code, exc.detail
-    if isinstance(exc, PromptTooLong):
-        return Message.Status.ERROR, "prompt_too_long", str(exc)
-    if isinstance(exc, EngineError):
-        status = Message.Status.ERROR if exc.code == "engine_rejected" else Message.Status.INTERRUPTED
-        return status, exc.code, exc.detail
-    if isinstance(exc, RedisError):
-        return Message.Status.INTERRUPTED, "stream_unavailable", "The token stream store is unavailable."
-    return Message.Status.ERROR, "internal_error", "The answer failed unexpectedly."
-
-
 class Generation:
+    """One answer. Its state: the text so far (`parts`), the next token's `seq`, the time to
+    its first token, the note for the reader, and the engine's closing figures."""
+
     def __init__(
         self,
         turn: services.Turn,
@@ -104,9 +65,13 @@ class Generation:
         self._engine = engine
         self._lease = lease
         self._stop_reason = "user"
-        self._parts: list[str] = []
-        self._seq = 0
         self.task: asyncio.Task | None = None
+        self.parts: list[str] = []
+        self.seq = 0
+        self.ttft_ms: float | None = None
+        self.note = ""
+        self.completion = Completion(finish_reason="")
+        self._started = 0.0
 
     def start(self) -> asyncio.Task:
         self.task = asyncio.create_task(self._run(), name=f"generation-{self.message_id}")
@@ -127,7 +92,7 @@ class Generation:
         )
         metrics.generation_started()
         r = redisconn.client()
-        self._watcher = asyncio.create_task(self._watch(r))
+        self._watcher = asyncio.create_task(watcher.watch(r, self.message_id, self._lease, self.stop))
         try:
             await self._generate(r)
         finally:
@@ -135,153 +100,114 @@ class Generation:
             await self._release(r)
 
     async def _release(self, r: aioredis.Redis) -> None:
-        """Give back the answer's slot and heartbeat; idempotent."""
         self._watcher.cancel()
-        try:
-            await r.delete(keys.chat_alive(self.message_id), keys.chat_stop_requested(self.message_id))
-            if self._lease is not None:
-                await admission.release(r, self._lease)
-        except RedisError:
-            log.warning("answer %s: could not release its slot; its lease expires", self.message_id)
+        await watcher.release(r, self.message_id, self._lease)
 
-    async def _watch(self, r: aioredis.Redis) -> None:
-        """Keep the heartbeat and the admission lease fresh; obey stops from other processes."""
-        beat = settings.CHAT_HEARTBEAT_SECONDS
-        try:
-            async with r.pubsub() as pubsub:
-                await pubsub.subscribe(keys.chat_stop_channel(self.message_id))
-                if await r.exists(keys.chat_stop_requested(self.message_id)):
-                    self.stop("user")
-                    return
-                while True:
-                    await r.set(keys.chat_alive(self.message_id), 1, ex=int(beat * 3))
-                    if self._lease is not None:
-                        await admission.refresh(r, self._lease)
-                    deadline = time.monotonic() + beat
-                    while (left := deadline - time.monotonic()) > 0:
-                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
-                        if message is not None:
-                            self.stop("user")
-                            return
-        except RedisError:
-            log.warning("answer %s: heartbeat lost its Redis connection", self.message_id)
+    def _elapsed_ms(self) -> float:
+        return round((asyncio.get_running_loop().time() - self._started) * 1000, 1)
 
-    async def _publish(self, r: aioredis.Redis, frame: dict) -> None:
-        await streams.publish(r, self.message_id, self._seq, frame)
+    async def _request(self) -> ChatRequest:
+        """The engine request: the conversation fitted to the context window."""
+        prompt = await assemble(
+            self.turn.system_prompt,
+            self.turn.history,
+            context_window=settings.INFERENCE_MAX_MODEL_LEN,
+            answer_budget=self.turn.max_tokens,
+            count_tokens=self._engine.count_prompt_tokens,
+            counts=_prompt_counts.setdefault(self._engine, PromptCounts()),
+        )
+        self.note = outcomes.dropped_note(prompt.dropped_turns)
+        return ChatRequest(
+            messages=prompt.messages,
+            max_tokens=self.turn.max_tokens,
+            min_tokens=self.turn.min_tokens,
+            temperature=self.turn.temperature,
+            priority=settings.CHAT_PRIORITY,
+            cache_salt=cache_salt_for(self._user_id),
+            request_id=f"chat-{self.message_id}",
+        )
+
+    async def _stream(self, r: aioredis.Redis, request: ChatRequest) -> None:
+        """Publish the engine's tokens as they come, within the answer's time limits."""
+        loop = asyncio.get_running_loop()
+        clock = metrics.TokenClock(self._started)
+        deadlines = Deadlines(self._started)
+        try:
+            async with asyncio.timeout_at(deadlines.first_token(loop.time())) as timer:
+                # aclosing: leaving the loop closes the engine stream at once, aborting the request.
+                async with aclosing(self._engine.stream_chat(request)) as events:
+                    async for event in events:
+                        if isinstance(event, Completion):
+                            self.completion = event
+                            continue
+                        clock.tick(loop.time())
+                        if self.ttft_ms is None:
+                            self.ttft_ms = self._elapsed_ms()
+                        self.parts.append(event.text)
+                        await self._publish(r, protocol.token(self.message_id, self.seq, event.text))
+                        self.seq += 1
+                        timer.reschedule(deadlines.next_token(loop.time()))
+        except TimeoutError:
+            raise deadlines.expired() from None
 
     async def _generate(self, r: aioredis.Redis) -> None:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        token_clock = metrics.TokenClock(started)
-        total_deadline = started + settings.CHAT_TOTAL_TIMEOUT
-        ttft_ms: float | None = None
-        note = ""
-        completion = Completion(finish_reason="")
-        expiring = "timeout_first_token"
-
-        def elapsed_ms() -> float:
-            return round((loop.time() - started) * 1000, 1)
-
-        def next_deadline(wait: float, code: str) -> float:
-            nonlocal expiring
-            deadline = min(loop.time() + wait, total_deadline)
-            expiring = code if deadline < total_deadline else "timeout_total"
-            return deadline
-
+        self._started = asyncio.get_running_loop().time()
         try:
-            prompt = await assemble(
-                self.turn.system_prompt,
-                self.turn.history,
-                context_window=settings.INFERENCE_MAX_MODEL_LEN,
-                answer_budget=self.turn.max_tokens,
-                count_tokens=self._engine.count_prompt_tokens,
-                counts=_prompt_counts.setdefault(self._engine, PromptCounts()),
-            )
-            note = _dropped_note(prompt.dropped_turns)
-            request = ChatRequest(
-                messages=prompt.messages,
-                max_tokens=self.turn.max_tokens,
-                min_tokens=self.turn.min_tokens,
-                temperature=self.turn.temperature,
-                priority=settings.CHAT_PRIORITY,
-                cache_salt=cache_salt_for(self._user_id),
-                request_id=f"chat-{self.message_id}",
-            )
-            try:
-                async with asyncio.timeout_at(
-                    next_deadline(settings.CHAT_FIRST_TOKEN_TIMEOUT, "timeout_first_token")
-                ) as timer:
-                    # aclosing: leaving the loop closes the engine stream at once, aborting the request.
-                    async with aclosing(self._engine.stream_chat(request)) as events:
-                        async for event in events:
-                            if isinstance(event, Completion):
-                                completion = event
-                                continue
-                            token_clock.tick(loop.time())
-                            if ttft_ms is None:
-                                ttft_ms = elapsed_ms()
-                            self._parts.append(event.text)
-                            await self._publish(r, protocol.token(self.message_id, self._seq, event.text))
-                            self._seq += 1
-                            timer.reschedule(
-                                next_deadline(settings.CHAT_TOKEN_TIMEOUT, "timeout_between_tokens")
-                            )
-            except TimeoutError:
-                seconds = {
-                    "timeout_first_token": settings.CHAT_FIRST_TOKEN_TIMEOUT,
-                    "timeout_between_tokens": settings.CHAT_TOKEN_TIMEOUT,
-                    "timeout_total": settings.CHAT_TOTAL_TIMEOUT,
-                }[expiring]
-                raise _Timeout(expiring, seconds) from None
+            await self._stream(r, await self._request())
         except asyncio.CancelledError:
-            fields = dict(
-                status=Message.Status.STOPPED,
-                finish_reason="abort",
-                note=" ".join(filter(None, [note, STOP_NOTES.get(self._stop_reason, "")])),
-                ttft_ms=ttft_ms,
-                duration_ms=elapsed_ms(),
-            )
-            await self._finish(**fields)
-            await self._close_stream(r, self._done_frame(fields, Completion("")))
+            await self._stopped(r)
             raise
         except Exception as exc:
-            status, code, detail = _failure(exc)
-            if isinstance(exc, EngineError | _Timeout):
-                metrics.engine_error(code)
-            if code == "internal_error":
-                log.exception("answer %s failed", self.message_id)
-            else:
-                log.warning("answer %s failed: %s %s", self.message_id, code, detail)
-            await self._finish(
-                status=status,
-                error_code=code,
-                note=" ".join(filter(None, [note, detail])),
-                ttft_ms=ttft_ms,
-                duration_ms=elapsed_ms(),
-            )
-            extra = exc.extra if isinstance(exc, EngineError) else {}
-            frame = protocol.failed(
-                self.message_id,
-                code=code,
-                detail=detail,
-                status=status,
-                content="".join(self._parts),
-                **extra,
-            )
-            await self._close_stream(r, frame)
+            await self._failed(r, exc)
             return
         fields = dict(
             status=Message.Status.COMPLETE,
-            finish_reason=completion.finish_reason,
-            note=note,
-            prompt_tokens=completion.prompt_tokens,
-            cached_tokens=completion.cached_tokens,
-            completion_tokens=completion.completion_tokens,
-            ttft_ms=ttft_ms,
-            duration_ms=elapsed_ms(),
+            finish_reason=self.completion.finish_reason,
+            note=self.note,
+            prompt_tokens=self.completion.prompt_tokens,
+            cached_tokens=self.completion.cached_tokens,
+            completion_tokens=self.completion.completion_tokens,
+            ttft_ms=self.ttft_ms,
+            duration_ms=self._elapsed_ms(),
         )
         await self._finish(**fields)
-        await self._close_stream(r, self._done_frame(fields, completion))
+        await self._close_stream(r, self._done_frame(fields, self.completion))
+
+    async def _stopped(self, r: aioredis.Redis) -> None:
+        fields = dict(
+            status=Message.Status.STOPPED,
+            finish_reason="abort",
+            note=" ".join(filter(None, [self.note, outcomes.STOP_NOTES.get(self._stop_reason, "")])),
+            ttft_ms=self.ttft_ms,
+            duration_ms=self._elapsed_ms(),
+        )
+        await self._finish(**fields)
+        await self._close_stream(r, self._done_frame(fields, Completion("")))
+
+    async def _failed(self, r: aioredis.Redis, exc: Exception) -> None:
+        status, code, detail = outcomes.failure(exc)
+        if isinstance(exc, EngineError | AnswerTimeout):
+            metrics.engine_error(code)
+        if code == "internal_error":
+            log.exception("answer %s failed", self.message_id)
+        else:
+            log.warning("answer %s failed: %s %s", self.message_id, code, detail)
+        await self._finish(
+            status=status,
+            error_code=code,
+            note=" ".join(filter(None, [self.note, detail])),
+            ttft_ms=self.ttft_ms,
+            duration_ms=self._elapsed_ms(),
+        )
+        extra = exc.extra if isinstance(exc, EngineError) else {}
+        content = "".join(self.parts)
+        frame = protocol.failed(
+            self.message_id, code=code, detail=detail, status=status, content=content, **extra
+        )
+        await self._close_stream(r, frame)
+
+    async def _publish(self, r: aioredis.Redis, frame: dict) -> None:
+        await streams.publish(r, self.message_id, self.seq, frame)
 
     def _done_frame(self, fields: dict, completion: Completion) -> dict:
         return protocol.done(
@@ -293,7 +219,7 @@ class Generation:
             ),
             ttft_ms=fields["ttft_ms"],
             note=fields["note"],
-            content="".join(self._parts),
+            content="".join(self.parts),
         )
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
@@ -312,7 +238,7 @@ class Generation:
             ttft_seconds=fields["ttft_ms"] / 1000 if fields.get("ttft_ms") is not None else None,
         )
         await database_sync_to_async(services.message_finish)(
-            message_id=self.message_id, content="".join(self._parts), **fields
+            message_id=self.message_id, content="".join(self.parts), **fields
         )
 
 

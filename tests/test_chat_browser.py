@@ -180,6 +180,35 @@ def test_it_streams_follows_stops_regenerates_edits_flips_and_reloads(page, prod
     assert last(page, ".message.assistant .body").inner_text().strip() == newest.content.strip()
 
 
+def test_it_sends_a_message_typed_before_the_connection_is_up_once_it_is(page, product_server):
+    get_user_model().objects.create_user("nina", password="pw-nina-1234")
+    log_in(page, product_server, "nina", "pw-nina-1234")
+    connection = {"open": False, "refused": 0}
+
+    def route(ws):
+        if connection["open"]:
+            ws.connect_to_server()
+        else:
+            connection["refused"] += 1
+            ws.close()
+
+    page.route_web_socket("**/ws/chat/", route)
+    page.goto(product_server + "/")
+    deadline = time.monotonic() + 30
+    while connection["refused"] == 0:  # the page tried to connect and was turned away
+        assert time.monotonic() < deadline, "the page never opened its WebSocket"
+        page.wait_for_timeout(50)
+    page.fill("#prompt", "Say hello.")
+    page.keyboard.press("Enter")
+    expect(page.locator("#status")).to_contain_text("Connecting")
+    connection["open"] = True
+    expect(page.locator(".message.assistant .body").last).not_to_be_empty(timeout=90_000)
+    wait_until_answered(page)
+    question = Message.objects.get(conversation__owner__username="nina", role="user")
+    assert question.content == "Say hello."
+    assert Message.objects.get(parent=question).status == "complete"
+
+
 def test_it_searches_renames_and_deletes_conversations(page, product_server):
     user = get_user_model().objects.create_user("dora", password="pw-dora-1234")
     penguins = services.chat_turn_start(user=user, conversation_id=None, content="What do penguins eat?")

@@ -188,15 +188,21 @@
 
   // ---- actions ---------------------------------------------------------------
 
+  // Frames sent while the socket (re)connects wait here, and go out in order once it opens:
+  // a message typed as the page loads, or during a reconnect, is not lost.
+  const outbox = [];
+
   function sendFrame(frame) {
-    if (!socket || socket.readyState !== WebSocket.OPEN) { showStatus("Not connected yet; try again in a moment."); return false; }
-    socket.send(JSON.stringify(frame));
-    return true;
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify(frame));
+    } else {
+      outbox.push(frame);
+      showStatus("Connecting… it goes out as soon as the connection is up.");
+    }
   }
 
   function begin(frame, parent, content) {
     if (busy()) return false;
-    if (!sendFrame(frame)) return false;
     let echo = null;
     if (content != null) {
       echo = renderMessage({ id: 0, role: "user", content, status: "complete" });
@@ -214,6 +220,7 @@
     keepInView();
     showStatus("");
     setBusy();
+    sendFrame(frame);
     return true;
   }
 
@@ -366,12 +373,15 @@
       // An answer that was streaming when the connection dropped (or when the page
       // was loaded) continues from the last token shown.
       if (live) sendFrame({ type: "chat.resume", message: live.id, after: live.lastSeq });
+      while (outbox.length) sendFrame(outbox.shift());
     });
     socket.addEventListener("message", (event) => handle(JSON.parse(event.data)));
     socket.addEventListener("close", (event) => {
       // 4401: the session logged out (in this tab or another); reconnecting cannot succeed.
       if (event.code === 4401) { location.assign("/accounts/login/"); return; }
-      if (request) { if (request.echo) request.echo.remove(); request = null; setBusy(); }
+      // A request that went out may or may not have arrived: it is dropped. One still in
+      // the outbox never left, and goes out after the reconnect.
+      if (request && !outbox.includes(request.frame)) { if (request.echo) request.echo.remove(); request = null; setBusy(); }
       showStatus("Connection lost; reconnecting…");
       setTimeout(connect, retryDelay);
       retryDelay = Math.min(retryDelay * 2, 10000);
