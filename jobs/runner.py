@@ -3,8 +3,11 @@ requests in flight, write each result as it ends.
 
 `run_job` is what the Celery task calls (inside `asyncio.run`). It stops claiming
 at its deadline and returns "continue" so the task can queue the rest, which keeps
-every task well inside its time limits. The database calls go through
-`sync_to_async`; the engine is reached through inference.client only.
+every task well inside its time limits. The database calls go through Channels'
+`database_sync_to_async`, which closes a connection that is broken or past its age
+before and after each call, as Django does around a request: a connection the database
+dropped (a restart, a failover) is replaced, not reused. The engine is reached through
+inference.engine only.
 """
 
 import asyncio
@@ -15,7 +18,7 @@ import time
 import uuid
 
 import redis.asyncio as aioredis
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
@@ -161,7 +164,7 @@ class JobRunner:
             # A cancel is seen within a second; the database is not asked every tick.
             if loop.time() - checked_at >= STATUS_EVERY:
                 checked_at = loop.time()
-                status = await sync_to_async(selectors.job_status)(job_id=self.job_id)
+                status = await database_sync_to_async(selectors.job_status)(job_id=self.job_id)
                 if status not in Job.ACTIVE:
                     return "cancelled"
             if not await self._lock.refresh():
@@ -171,7 +174,9 @@ class JobRunner:
                 self._preempt_above(limit)
             out_of_time = loop.time() >= self._deadline
             while not out_of_time and len(self._inflight) < limit:
-                claim = await sync_to_async(claims.document_claim)(job_id=self.job_id, worker=self.worker)
+                claim = await database_sync_to_async(claims.document_claim)(
+                    job_id=self.job_id, worker=self.worker
+                )
                 if claim is None:
                     break
                 task = asyncio.create_task(
@@ -185,9 +190,9 @@ class JobRunner:
                 if limit == 0:  # paused while chat is active
                     await asyncio.sleep(self._interval)
                     continue
-                if await sync_to_async(selectors.job_status)(job_id=self.job_id) not in Job.ACTIVE:
+                if await database_sync_to_async(selectors.job_status)(job_id=self.job_id) not in Job.ACTIVE:
                     return "cancelled"
-                backlog = await sync_to_async(selectors.job_backlog)(job_id=self.job_id)
+                backlog = await database_sync_to_async(selectors.job_backlog)(job_id=self.job_id)
                 if backlog.next_retry_at is not None:
                     wait = (backlog.next_retry_at - timezone.now()).total_seconds()
                     await asyncio.sleep(min(max(wait, self._interval), 5.0))
@@ -223,13 +228,17 @@ class JobRunner:
             text = claim.text
             if not text and claim.pdf is not None:
                 text = await pdf_text(claim.pdf, settings.BULK_PDF_TIMEOUT)
-                await sync_to_async(claims.document_set_text)(document_id=claim.document_id, text=text)
+                await database_sync_to_async(claims.document_set_text)(
+                    document_id=claim.document_id, text=text
+                )
             summary = await self._summarizer.summarize(
                 text, request_id=f"job-{self.job_id}-doc-{claim.document_id}-a{claim.attempt}"
             )
         except asyncio.CancelledError:
             # Preempted, cancelled job, or the run is ending: the attempt does not count.
-            await sync_to_async(claims.document_release)(document_id=claim.document_id, worker=self.worker)
+            await database_sync_to_async(claims.document_release)(
+                document_id=claim.document_id, worker=self.worker
+            )
             raise
         except DocumentError as exc:
             await self._fail(claim, str(exc), retryable=False)
@@ -240,13 +249,13 @@ class JobRunner:
             await self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
         else:
             duration_ms = round((time.monotonic() - started) * 1000, 1)
-            await sync_to_async(claims.document_complete)(
+            await database_sync_to_async(claims.document_complete)(
                 document_id=claim.document_id, summary=summary, duration_ms=duration_ms
             )
 
     async def _fail(self, claim: claims.Claim, error: str, *, retryable: bool) -> None:
         log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)
-        await sync_to_async(claims.document_fail)(
+        await database_sync_to_async(claims.document_fail)(
             document_id=claim.document_id, worker=self.worker, error=error, retryable=retryable
         )
 
@@ -264,12 +273,12 @@ async def run_job(
     shaper: Shaper | None = None,
 ) -> str:
     """Run a job here for up to `seconds`; finish it when nothing is left. Returns the outcome."""
-    job = await Job.objects.filter(pk=job_id).afirst()
+    job = await database_sync_to_async(Job.objects.filter(pk=job_id).first)()
     if job is None:
         return "gone"
     if job.status not in Job.ACTIVE:
         return job.status
-    await sync_to_async(claims.job_mark_running)(job_id=job_id)
+    await database_sync_to_async(claims.job_mark_running)(job_id=job_id)
     own_engine = engine is None
     engine = engine or new_engine_client()
     r = redisconn.new_client()
@@ -300,6 +309,6 @@ async def run_job(
         if own_engine:
             await engine.aclose()
     if outcome == "finished":
-        final = await sync_to_async(claims.job_finish)(job_id=job_id)
+        final = await database_sync_to_async(claims.job_finish)(job_id=job_id)
         log.info("job %s finished: %s (peak %s in flight)", job_id, final, runner.peak_inflight)
     return outcome

@@ -6,6 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection, connections
 
 from jobs import services
 from jobs.ingest import DocumentError
@@ -222,3 +223,36 @@ async def test_it_pauses_while_chat_is_active_when_told_to_and_resumes_after(cha
     await chat_key.delete(CHAT_ACTIVE)
     assert await run == "finished"
     assert await Result.objects.filter(job=job).acount() == 3
+
+
+async def test_it_goes_on_when_the_database_drops_its_connection_mid_job():
+    if connection.vendor != "postgresql":
+        pytest.skip("a dropped connection is shown on PostgreSQL")
+
+    def runner_connection() -> int:
+        # Runs where the runner's database calls run (asgiref's thread): its connection.
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    def terminate(pid: int) -> bool:
+        try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                return cursor.fetchone()[0]
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    job = await aqueued_job(documents(8))
+    engine = BulkFakeEngine(delay=0.3)
+    shaper = Shaper(maximum=2, minimum=2, while_chat=2, quiet_seconds=0)
+    run = asyncio.create_task(
+        run_job(job_id=job.pk, worker="test/1", seconds=60, engine=engine, shaper=shaper)
+    )
+    assert await until(lambda: len(engine.requests) >= 2), "the job did not start"
+    # As a database restart does: the server ends the session under the runner.
+    pid = await sync_to_async(runner_connection)()
+    assert await sync_to_async(terminate, thread_sensitive=False)(pid)
+    assert await run == "finished"
+    assert set((await statuses(job)).values()) == {"done"}
+    assert await Result.objects.filter(job=job).acount() == 8
