@@ -37,7 +37,7 @@ async def chat_key():
     await r.aclose()
 
 
-async def until(predicate, seconds: float = 3.0) -> bool:
+async def until(predicate, seconds: float = 30.0) -> bool:
     for _ in range(int(seconds / 0.01)):
         if predicate():
             return True
