@@ -237,6 +237,16 @@ LOADS_SETTLED = """() => new Promise((resolve) => {
 })"""
 
 
+def log_in(page, base: str, username: str, password: str, path: str = "/accounts/login/") -> None:
+    """Log in through the form; returns once the page it leads to has loaded, its scripts run,
+    so what the test types next has handlers to go to."""
+    page.goto(base + path)
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.click("[type=submit]")
+
+
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1200, "height": 800})

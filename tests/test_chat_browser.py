@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from frontend import services
 from frontend.models import Conversation, Message
-from tests.conftest import LOADS_SETTLED
+from tests.conftest import LOADS_SETTLED, log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,14 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SCREENSHOT = Path(__file__).resolve().parent.parent / (
     "docs/chat.png" if os.environ.get("UPDATE_SCREENSHOTS") else "var/chat.png"
 )
-
-
-def log_in(page, base: str, username: str, password: str) -> None:
-    page.goto(base + "/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", password)
-    page.click("button[type=submit]")
-    page.wait_for_selector("#prompt")
 
 
 def wait_until_answered(page, timeout: float = 90_000) -> None:

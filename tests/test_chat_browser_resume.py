@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from frontend import services
 from frontend.models import Message
-from tests.test_chat_browser import log_in
+from tests.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

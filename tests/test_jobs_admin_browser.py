@@ -8,6 +8,7 @@ from jobs import claims, services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import Summary
+from tests.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,10 +21,7 @@ def test_it_updates_progress_on_the_job_list_without_a_reload(page, live_server)
     Job.objects.filter(pk=job.pk).update(status=Job.Status.RUNNING)
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(live_server.url + "/admin/login/?next=/admin/jobs/job/")
-    page.fill("input[name=username]", "boss")
-    page.fill("input[name=password]", "boss-password")
-    page.click("input[type=submit]")
+    log_in(page, live_server.url, "boss", "boss-password", "/admin/login/?next=/admin/jobs/job/")
     counts = page.locator(f'[data-job-progress="{job.pk}"] [data-field="counts"]')
     expect(counts).to_have_text("0 done, 0 failed of 4")
     first, second, *_ = job.documents.order_by("id")

@@ -20,7 +20,7 @@ from django.contrib.auth import get_user_model
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
-from tests.conftest import LOADS_SETTLED, running_daphne
+from tests.conftest import LOADS_SETTLED, log_in, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -208,14 +208,6 @@ def assert_nothing_ran(page) -> None:
     assert page.evaluate("window.__violations") == []
     for url, headers in page.documents:
         assert_strict_csp(headers), url
-
-
-def log_in(page, base: str, username: str, password: str, path: str = "/accounts/login/") -> None:
-    page.goto(base + path)
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", password)
-    page.click("[type=submit]")
-    page.wait_for_load_state()
 
 
 def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watched, site):

@@ -112,6 +112,8 @@
     clearTimeout(searchTimer);
     searchTimer = setTimeout(runSearch, 200);
   });
+  // Typed while the page was still loading, before anything listened.
+  if (search.value.trim()) runSearch();
 
   document.getElementById("toggle-sidebar").addEventListener("click", (event) => {
     event.stopPropagation();
