@@ -40,6 +40,7 @@ RUNNING: dict[int, "Generation"] = {}
 # Prompt token counts the engine gave, by engine client: they spare a long conversation a
 # count on every turn (inference.prompt.PromptCounts).
 _prompt_counts: "weakref.WeakKeyDictionary[EngineClient, PromptCounts]" = weakref.WeakKeyDictionary()
+CLOSING_ATTEMPTS = 3
 
 
 def cache_salt_for(user_id: int) -> str | None:
@@ -65,6 +66,7 @@ class Generation:
         self._engine = engine
         self._lease = lease
         self._stop_reason = "user"
+        self._stopping = False
         self.task: asyncio.Task | None = None
         self.parts: list[str] = []
         self.seq = 0
@@ -80,9 +82,13 @@ class Generation:
         return self.task
 
     def stop(self, reason: str = "user") -> None:
+        """Cancel the answer once: a second stop (another tab, a repeated key) must not cut
+        short the storing and announcing of the stopped answer that the first one began."""
+        if self.task is None or self._stopping:
+            return
+        self._stopping = True
         self._stop_reason = reason
-        if self.task is not None:
-            self.task.cancel()
+        self.task.cancel()
 
     async def _run(self) -> None:
         bind_log_context(
@@ -225,10 +231,20 @@ class Generation:
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
         await self._release(r)
-        try:
-            await self._publish(r, frame)
-        except RedisError:
-            log.warning("answer %s ended but its closing frame could not be published", self.message_id)
+        # Readers wait for this frame: a failure of the moment gets two more tries.
+        for attempt in range(CLOSING_ATTEMPTS):
+            try:
+                await self._publish(r, frame)
+                return
+            except RedisError:
+                if attempt == CLOSING_ATTEMPTS - 1:
+                    log.warning(
+                        "answer %s ended but its closing frame could not be published",
+                        self.message_id,
+                        exc_info=True,
+                    )
+                else:
+                    await asyncio.sleep(0.5)
 
     async def _finish(self, **fields) -> None:
         metrics.generation_finished(

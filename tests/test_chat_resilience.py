@@ -174,3 +174,26 @@ def test_it_sweeps_answers_whose_process_died_and_spares_live_ones(alice, settin
         client.delete(keys.chat_alive(live.pk))
     statuses = dict(Message.objects.values_list("pk", "status"))
     assert statuses == {dead.pk: "interrupted", live.pk: "generating", fresh.pk: "generating"}
+
+
+async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
+    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    await streams.open_stream(r, turn.assistant_message_id)
+    fake = FakeEngine(["one "], hang=True)
+    generation = Generation(turn, user_id=alice.pk, engine=fake)
+    task = generation.start()
+    for _ in range(1000):
+        if fake.requests:
+            break
+        await asyncio.sleep(0.01)
+    assert fake.requests, "the engine was not asked"
+    generation.stop("user")
+    await asyncio.sleep(0)  # the first stop is being handled: the answer is storing itself
+    generation.stop("user")
+    done, _ = await asyncio.wait([task], timeout=10)
+    assert done, "the answer did not stop"
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert stored.status == Message.Status.STOPPED
+    frames = [f async for f in streams.follow(r, turn.assistant_message_id)]
+    assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "stopped"
