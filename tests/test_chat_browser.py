@@ -230,7 +230,8 @@ def test_it_searches_renames_and_deletes_conversations(page, product_server):
     page.fill(".conv-title-input", "Antarctic birds")
     with page.expect_response("**/rename"):
         page.keyboard.press("Enter")
-    assert row.locator(".conv-link").inner_text() == "Antarctic birds"
+    # The list shows the new title once the page has read the response.
+    expect(row.locator(".conv-link")).to_have_text("Antarctic birds")
     assert Conversation.objects.get(pk=penguins.conversation_id).title == "Antarctic birds"
 
     page.once("dialog", lambda dialog: dialog.accept())
