@@ -45,7 +45,7 @@ HISTORY = [
 def stored_history(user) -> Conversation:
     """A conversation long enough to scroll, stored as if it had been chatted."""
     conversation = services.conversation_create(
-        user=user, settings_data={"max_tokens": 160, "min_tokens": 160, "temperature": 0}
+        user=user, settings_data={"max_tokens": 512, "min_tokens": 512, "temperature": 0}
     )
     for question, answer in HISTORY:
         turn = services.chat_turn_start(user=user, conversation_id=conversation.pk, content=question)
@@ -97,7 +97,8 @@ def test_it_streams_follows_stops_regenerates_edits_flips_and_reloads(page, prod
     # Escape stops the answer; the partial text stays, marked stopped.
     page.keyboard.press("Escape")
     wait_until_answered(page)
-    stopped = Message.objects.filter(role="assistant", status="stopped").get()
+    stopped = Message.objects.filter(conversation=conversation, role="assistant").latest("created_at")
+    assert stopped.status == "stopped", (stopped.status, stopped.error_code, stopped.note)
     assert stopped.content
     assert "stopped" in last(page, ".message.assistant .meta").inner_text()
 

@@ -76,7 +76,8 @@ def test_it_aborts_the_engine_request_and_keeps_the_partial_answer_on_stop(ws_ur
         assert frame["type"] == "chat.done"
         assert frame["status"] == "stopped"
 
-    deadline = time.monotonic() + 5
+    # The answer had over a thousand tokens to go; on a starved engine an abort still lands in seconds.
+    deadline = time.monotonic() + 20
     while engine_gauge(engine_url, "vllm:num_requests_running") > 0:
         assert time.monotonic() < deadline, "the engine kept generating after stop"
         time.sleep(0.1)
