@@ -261,6 +261,20 @@ XSS_PAYLOADS = [
     "| a | b |\n|---|---|\n| <img src=x onerror=window.__owned=14> | `code` |",
 ]
 
+# The start of an async page function: StreamRenderer, and parsed(), the characters of Markdown
+# parsed since, counted by wrapping markdown-it's render from outside the product's code.
+PARSE_COUNTER = """async () => {
+    const { StreamRenderer } = await import('/static/frontend/markdown.js');
+    const proto = Object.getPrototypeOf(window.markdownit());
+    const plainRender = proto.render;
+    let parsedChars = 0;
+    proto.render = function (src, env) {
+        parsedChars += src.length;
+        return plainRender.call(this, src, env);
+    };
+    const parsed = () => parsedChars;
+"""
+
 SAFE_DOM = """(root) => {
     const bad = [];
     for (const el of root.querySelectorAll('*')) {
@@ -305,14 +319,15 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
 
     # The streaming path: each payload arrives in small pieces, split mid-tag.
     streamed = page.evaluate(
-        """(payloads) => {
+        """async (payloads) => {
+            const { StreamRenderer } = await import('/static/frontend/markdown.js');
             const answer = document.createElement('div');
             answer.className = 'message assistant';
             const box = document.createElement('div');
             box.className = 'body';
             answer.appendChild(box);
             document.getElementById('messages').appendChild(answer);
-            const renderer = new ChatMarkdown.StreamRenderer(box);
+            const renderer = new StreamRenderer(box);
             const text = payloads.join('\\n\\n');
             for (let i = 0; i < text.length; i += 3) {
                 renderer.append(text.slice(i, i + 3));
@@ -329,10 +344,10 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
 
     # A 4,000-token answer streamed token by token is parsed about once, not once per token.
     cost = page.evaluate(
-        """() => {
+        PARSE_COUNTER
+        + """
             const box = document.createElement('div');
-            const renderer = new ChatMarkdown.StreamRenderer(box);
-            const before = ChatMarkdown.stats.parsedChars;
+            const renderer = new StreamRenderer(box);
             let text = '';
             for (let i = 0; i < 4000; i++) {
                 const token = i % 400 === 0 ? '\\n```\\ncode\\n' : i % 400 === 10 ? '\\n```\\n\\n'
@@ -341,8 +356,7 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
                 renderer.append(token);
                 renderer.flush();
             }
-            renderer.finish();
-            return { parsed: ChatMarkdown.stats.parsedChars - before, length: text.length };
+            return { parsed: parsed(), length: text.length };
         }"""
     )
     assert cost["parsed"] < 40 * cost["length"], cost
@@ -350,10 +364,10 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
     # Nor is a long code block: while it is open its text is appended as it comes, and it is
     # rendered (highlighted, with its copy button) once, when its closing fence arrives.
     code = page.evaluate(
-        """() => {
+        PARSE_COUNTER
+        + """
             const box = document.createElement('div');
-            const renderer = new ChatMarkdown.StreamRenderer(box);
-            const before = ChatMarkdown.stats.parsedChars;
+            const renderer = new StreamRenderer(box);
             let text = 'Here:\\n```python\\n';
             renderer.append(text);
             renderer.flush();
@@ -364,10 +378,11 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
                 renderer.flush();
             }
             const shown = box.querySelector('pre code').textContent.length;
-            const parsed = ChatMarkdown.stats.parsedChars - before;
+            const parsedBeforeClose = parsed();
             renderer.append('\\n```\\n');
             renderer.flush();
-            return { parsed, shown, blocks: box.querySelectorAll('.codeblock').length, length: text.length };
+            const blocks = box.querySelectorAll('.codeblock').length;
+            return { parsed: parsedBeforeClose, shown, blocks, length: text.length };
         }"""
     )
     assert code["parsed"] < code["length"] and code["shown"] > 0.9 * code["length"], code
@@ -376,11 +391,12 @@ def test_it_renders_markdown_and_never_lets_script_reach_the_page(page, product_
     # A code block's copy button puts its code, as text, on the clipboard.
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     page.evaluate(
-        """() => {
+        """async () => {
+            const { render } = await import('/static/frontend/markdown.js');
             const box = document.createElement('div');
             box.id = 'copy-test';
             document.getElementById('messages').appendChild(box);
-            ChatMarkdown.render(box, 'Run:\\n\\n```sh\\necho "<b>hi</b>"\\n```\\n');
+            render(box, 'Run:\\n\\n```sh\\necho "<b>hi</b>"\\n```\\n');
         }"""
     )
     page.click("#copy-test .codeblock button.copy")

@@ -1,0 +1,48 @@
+// The chat's WebSocket to /ws/chat/ (docs/protocol.md): frames out, frames in, and
+// reconnection with backoff. Frames sent while the socket (re)connects wait in an outbox
+// and go out in order once it opens, so a message typed as the page loads, or during a
+// reconnect, is not lost. What to resend after a reconnect (resuming an answer) is the
+// caller's, in onOpen, which runs before the outbox is emptied.
+export class Connection {
+  constructor(path, { onOpen, onFrame, onLost, onLoggedOut }) {
+    this.path = path;
+    this.handlers = { onOpen, onFrame, onLost, onLoggedOut };
+    this.socket = null;
+    this.outbox = [];
+    this.retryDelay = 500;
+  }
+
+  open() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + location.host + this.path);
+    this.socket = socket;
+    socket.addEventListener("open", () => {
+      this.retryDelay = 500;
+      this.handlers.onOpen();
+      while (this.outbox.length) this.send(this.outbox.shift());
+    });
+    socket.addEventListener("message", (event) => this.handlers.onFrame(JSON.parse(event.data)));
+    socket.addEventListener("close", (event) => {
+      // 4401: the session logged out (in this tab or another); reconnecting cannot succeed.
+      if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
+      this.handlers.onLost();
+      setTimeout(() => this.open(), this.retryDelay);
+      this.retryDelay = Math.min(this.retryDelay * 2, 10000);
+    });
+  }
+
+  // Sends now, or queues until the socket is open; returns whether it went out now.
+  send(frame) {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) {
+      this.socket.send(JSON.stringify(frame));
+      return true;
+    }
+    this.outbox.push(frame);
+    return false;
+  }
+
+  // Whether `frame` is still waiting for the socket, so it has certainly not been sent.
+  queued(frame) {
+    return this.outbox.includes(frame);
+  }
+}

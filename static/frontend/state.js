@@ -1,0 +1,72 @@
+// What the chat page knows of its conversation: the tree of messages (tree.js), the
+// request waiting for chat.started, and the answer streaming now. No DOM here: the view
+// (view.js) draws from it and the page (chat.js) changes it as frames arrive.
+import { ConversationTree } from "./tree.js";
+
+export class ChatState {
+  constructor(conversation) {
+    this.conversation = conversation; // null until the first message or settings
+    this.tree = new ConversationTree(
+      conversation ? conversation.messages : [],
+      conversation && conversation.current_leaf,
+    );
+    this.request = null; // sent and not yet answered by chat.started: {frame, parent, content}
+    this.live = null; // the answer streaming now: {id, lastSeq, firstTokenAt}
+  }
+
+  busy() {
+    return Boolean(this.request || this.live);
+  }
+
+  // Returns whether `id` is a conversation this page was not showing yet.
+  enter(id, title) {
+    if (this.conversation && this.conversation.id === id) return false;
+    this.conversation = { id, title, settings: null, messages: [], current_leaf: null };
+    return true;
+  }
+
+  // chat.started: the question (unless it is a regenerated answer's) and the answer are
+  // stored; the answer is the newest message on the path shown. Returns the request answered.
+  started(frame) {
+    const pending = this.request;
+    this.request = null;
+    if (!this.tree.get(frame.user_message)) {
+      this.tree.add({ id: frame.user_message, parent: pending ? pending.parent : null, role: "user",
+                      content: pending ? pending.content : "", status: "complete" });
+    }
+    this.tree.add({ id: frame.message, parent: frame.user_message, role: "assistant", content: "",
+                    status: "generating", usage: {} });
+    this.tree.showPathTo(frame.message);
+    return pending;
+  }
+
+  follow(id) {
+    this.live = { id, lastSeq: -1, firstTokenAt: null };
+  }
+
+  // chat.token: whether it is new text of the answer followed (a resumed stream may repeat).
+  token(frame) {
+    const live = this.live;
+    if (!live || live.id !== frame.message || frame.seq <= live.lastSeq) return false;
+    live.lastSeq = frame.seq;
+    if (live.firstTokenAt == null) live.firstTokenAt = performance.now();
+    this.tree.get(frame.message).content += frame.text;
+    return true;
+  }
+
+  // chat.done, or chat.error for a stored answer: its final fields and text. Returns the
+  // message, or null for one this page does not show.
+  finish(frame, fields) {
+    const message = this.tree.get(frame.message);
+    if (!message) return null;
+    Object.assign(message, fields);
+    if (typeof frame.content === "string") message.content = frame.content;
+    if (this.live && this.live.id === frame.message) {
+      if (this.live.firstTokenAt != null) {
+        message.stream_seconds = (performance.now() - this.live.firstTokenAt) / 1000;
+      }
+      this.live = null;
+    }
+    return message;
+  }
+}

@@ -1,0 +1,237 @@
+// Draws the chat from its state (state.js): the chosen path of messages with their version
+// navigation, the live answer growing in place, which buttons work while an answer runs,
+// and the scroll position (the newest text stays in view until the reader scrolls up).
+// User text reaches the page only as text nodes; answers only through markdown.js, which
+// sanitizes.
+import { copyButton, render, StreamRenderer } from "./markdown.js";
+
+function figures(message) {
+  const parts = [];
+  if (message.ttft_ms != null) parts.push("first token " + Math.round(message.ttft_ms) + " ms");
+  const usage = message.usage || {};
+  const seconds = message.stream_seconds != null ? message.stream_seconds
+    : (message.duration_ms != null && message.ttft_ms != null ? (message.duration_ms - message.ttft_ms) / 1000 : null);
+  if (usage.completion_tokens && seconds > 0) parts.push((usage.completion_tokens / seconds).toFixed(1) + " tokens/s");
+  if (usage.completion_tokens != null) parts.push(usage.completion_tokens + " tokens");
+  if (usage.cached_tokens != null && usage.prompt_tokens != null) {
+    parts.push(usage.cached_tokens + " of " + usage.prompt_tokens + " prompt tokens from cache");
+  }
+  return parts.join(" · ") || "No figures for this answer.";
+}
+
+function statusLine(message) {
+  if (message.role !== "assistant" || message.status === "complete" || message.status === "generating") return "";
+  return [message.status, message.note].filter(Boolean).join(" · ");
+}
+
+export function button(className, text, title, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = className;
+  b.textContent = text;
+  if (title) { b.title = title; b.setAttribute("aria-label", title); }
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+export class ChatView {
+  // `actions`: what the message buttons do, {flip(id, step), regenerate(id), edit(id, content)}.
+  constructor(state, actions) {
+    this.state = state;
+    this.actions = actions;
+    this.messagesEl = document.getElementById("messages");
+    this.statusEl = document.getElementById("status");
+    this.sendButton = document.getElementById("send");
+    this.stopButton = document.getElementById("stop");
+    this.jumpButton = document.getElementById("jump");
+    this.titleEl = document.getElementById("chat-title");
+    this.views = new Map(); // message id -> its rendered element
+    this.echo = null; // the question sent, shown until it is stored
+    this.renderer = null; // the live answer's StreamRenderer
+    this.following = true; // keep the newest text in view; scrolling up stops it
+
+    // Scrolling up means reading: stop following. Back at the bottom: follow again.
+    // (Growing content never moves scrollY, so only the reader's scrolling counts.)
+    let lastY = window.scrollY;
+    window.addEventListener("scroll", () => {
+      if (window.scrollY < lastY - 2) this.following = false;
+      else if (this.atBottom()) this.following = true;
+      lastY = window.scrollY;
+      this.jumpButton.hidden = this.following;
+    }, { passive: true });
+    this.jumpButton.addEventListener("click", () => { this.following = true; this.keepInView(); });
+  }
+
+  // ---- messages --------------------------------------------------------------
+
+  renderMessage(message) {
+    const el = document.createElement("div");
+    el.className = "message " + message.role;
+    el.dataset.id = message.id;
+    if (message.status === "generating") el.classList.add("generating");
+    if (["error", "timeout", "interrupted"].includes(message.status)) el.classList.add("error");
+    const body = document.createElement("div");
+    body.className = "body";
+    if (message.role === "assistant") render(body, message.content || "");
+    else body.textContent = message.content;
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    meta.textContent = statusLine(message);
+    const tools = document.createElement("div");
+    tools.className = "tools";
+    tools.appendChild(this.versionNav(message));
+    if (message.role === "user") {
+      tools.appendChild(button("edit", "Edit", "Edit and resend", () => this.startEdit(message.id)));
+      el.append(body, meta, tools);
+      return el;
+    }
+    const tree = this.state.tree;
+    tools.appendChild(copyButton(() => tree.get(message.id).content));
+    tools.appendChild(button("regenerate", "Regenerate", "Answer again", () => this.actions.regenerate(message.id)));
+    const info = document.createElement("div");
+    info.className = "figures";
+    info.hidden = true;
+    tools.appendChild(button("info", "Figures", "Time to first token, speed, cache", () => {
+      info.textContent = figures(tree.get(message.id));
+      info.hidden = !info.hidden;
+    }));
+    el.append(body, meta, tools, info);
+    return el;
+  }
+
+  versionNav(message) {
+    const siblings = this.state.tree.siblings(message.id);
+    const nav = document.createElement("span");
+    nav.className = "versions";
+    if (siblings.length < 2) { nav.hidden = true; return nav; }
+    const index = siblings.indexOf(message.id);
+    const label = document.createElement("span");
+    label.className = "version-label";
+    label.textContent = index + 1 + "/" + siblings.length;
+    const busy = this.state.busy();
+    const prev = button("version-prev", "‹", "Previous version", () => this.actions.flip(message.id, -1));
+    const next = button("version-next", "›", "Next version", () => this.actions.flip(message.id, 1));
+    prev.disabled = index === 0 || busy;
+    next.disabled = index === siblings.length - 1 || busy;
+    nav.append(prev, label, next);
+    return nav;
+  }
+
+  view(message) {
+    let el = this.views.get(message.id);
+    if (!el) { el = this.renderMessage(message); this.views.set(message.id, el); }
+    return el;
+  }
+
+  // Draw one message again from the state, in place.
+  refresh(id) {
+    const old = this.views.get(id);
+    this.views.delete(id);
+    const el = this.view(this.state.tree.get(id));
+    if (old && old.parentNode) old.replaceWith(el);
+    return el;
+  }
+
+  // Show the chosen path; the version navigation of every message is redrawn.
+  renderPath() {
+    const path = this.state.tree.path();
+    for (const message of path) {
+      this.view(message).querySelector(".versions").replaceWith(this.versionNav(message));
+    }
+    this.messagesEl.replaceChildren(...path.map((m) => this.views.get(m.id)));
+    this.keepInView();
+  }
+
+  // The live answer: drawn afresh, then grown token by token.
+  follow(id) {
+    const body = this.refresh(id).querySelector(".body");
+    this.renderer = new StreamRenderer(body);
+    this.renderer.onRender = () => this.keepInView();
+  }
+
+  append(text) {
+    this.renderer.append(text);
+  }
+
+  // The question sent, shown greyed until chat.started says it is stored.
+  showEcho(frame, content) {
+    this.echo = this.renderMessage({ id: 0, role: "user", content, status: "complete" });
+    this.echo.classList.add("pending");
+    // A new version of a turn replaces what follows the fork until it is stored.
+    if (frame.type === "chat.edit") {
+      const path = this.state.tree.path();
+      const at = path.findIndex((m) => m.id === frame.message);
+      for (const m of path.slice(at)) { const el = this.views.get(m.id); if (el) el.remove(); }
+    }
+    this.messagesEl.appendChild(this.echo);
+  }
+
+  dropEcho() {
+    if (this.echo) this.echo.remove();
+    this.echo = null;
+  }
+
+  startEdit(id) {
+    if (this.state.busy()) return;
+    const message = this.state.tree.get(id);
+    const body = this.views.get(id).querySelector(".body");
+    const editor = document.createElement("form");
+    editor.className = "editor";
+    const area = document.createElement("textarea");
+    area.value = message.content;
+    area.rows = Math.min(10, message.content.split("\n").length + 1);
+    const save = document.createElement("button");
+    save.type = "submit";
+    save.textContent = "Send";
+    const cancel = button("secondary", "Cancel", null, () => { editor.replaceWith(body); });
+    editor.append(area, cancel, save);
+    editor.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const content = area.value.trim();
+      if (!content) return;
+      editor.replaceWith(body);
+      if (content !== message.content) this.actions.edit(id, content);
+    });
+    area.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); editor.requestSubmit(); }
+      if (event.key === "Escape") { event.preventDefault(); event.stopPropagation(); editor.replaceWith(body); }
+    });
+    body.replaceWith(editor);
+    area.focus();
+  }
+
+  // ---- page ------------------------------------------------------------------
+
+  // Buttons that would change the conversation wait while a request or answer runs.
+  setBusy() {
+    const busy = this.state.busy();
+    this.sendButton.disabled = busy;
+    this.stopButton.hidden = !this.state.live;
+    for (const b of this.messagesEl.querySelectorAll(".edit, .regenerate")) b.disabled = busy;
+    for (const b of this.messagesEl.querySelectorAll(".version-prev, .version-next")) if (busy) b.disabled = true;
+    if (!busy) this.renderPath();
+  }
+
+  showStatus(text) {
+    this.statusEl.textContent = text || "";
+  }
+
+  showTitle(title) {
+    this.titleEl.textContent = title || "New chat";
+    document.title = (title || "New chat") + " · Chat";
+  }
+
+  atBottom() {
+    return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 48;
+  }
+
+  keepInView() {
+    if (this.following) window.scrollTo(0, document.documentElement.scrollHeight);
+    this.jumpButton.hidden = this.following || this.atBottom();
+  }
+
+  followNewest() {
+    this.following = true;
+    this.keepInView();
+  }
+}
