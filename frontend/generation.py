@@ -21,7 +21,7 @@ from contextlib import aclosing
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 import redisconn
 from frontend import admission, metrics, outcomes, protocol, services, streams, watcher
@@ -150,8 +150,11 @@ class Generation:
                         if self.ttft_ms is None:
                             self.ttft_ms = self._elapsed_ms()
                         self.parts.append(event.text)
-                        await self._publish(r, protocol.token(self.message_id, self.seq, event.text))
-                        self.seq += 1
+                        # The position is taken before the append: a stop landing while the token
+                        # is being written must not give the closing frame the token's position.
+                        seq, self.seq = self.seq, self.seq + 1
+                        await self._publish(r, seq, protocol.token(self.message_id, seq, event.text))
+                        redisconn.raise_if_cancelled()  # a stop or deadline during the write
                         timer.reschedule(deadlines.next_token(loop.time()))
         except TimeoutError:
             raise deadlines.expired() from None
@@ -212,8 +215,8 @@ class Generation:
         )
         await self._close_stream(r, frame)
 
-    async def _publish(self, r: aioredis.Redis, frame: dict) -> None:
-        await streams.publish(r, self.message_id, self.seq, frame)
+    async def _publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
+        await streams.publish(r, self.message_id, position, frame)
 
     def _done_frame(self, fields: dict, completion: Completion) -> dict:
         return protocol.done(
@@ -234,9 +237,12 @@ class Generation:
         # Readers wait for this frame: a failure of the moment gets two more tries.
         for attempt in range(CLOSING_ATTEMPTS):
             try:
-                await self._publish(r, frame)
+                await self._publish(r, self.seq, frame)
                 return
-            except RedisError:
+            except RedisError as exc:
+                # A try whose reply was lost may have written the frame: its position is taken.
+                if attempt and isinstance(exc, ResponseError) and "equal or smaller" in str(exc):
+                    return
                 if attempt == CLOSING_ATTEMPTS - 1:
                     log.warning(
                         "answer %s ended but its closing frame could not be published",

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from django.conf import settings
 
+import redisconn
 from frontend.protocol import TERMINAL
 from redisconn import keys
 
@@ -85,6 +86,7 @@ async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIt
     block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
     while True:
         result = await r.xread({key: last}, block=block_ms, count=256)
+        redisconn.raise_if_cancelled()  # a follower whose reader left ends here
         if not result:
             if not await r.exists(key):
                 return

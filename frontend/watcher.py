@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
+import redisconn
 from frontend import admission
 from redisconn import keys
 
@@ -36,9 +37,14 @@ async def watch(
                 await r.set(keys.chat_alive(message_id), 1, ex=int(beat * 3))
                 if lease is not None:
                     await admission.refresh(r, lease)
+                redisconn.raise_if_cancelled()
                 deadline = time.monotonic() + beat
                 while (left := deadline - time.monotonic()) > 0:
-                    if await pubsub.get_message(ignore_subscribe_messages=True, timeout=left) is not None:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+                    # Cancelled when the answer ends: a swallowed cancellation would keep the
+                    # heartbeat and the admission slot alive after it.
+                    redisconn.raise_if_cancelled()
+                    if message is not None:
                         stop()
                         return
     except RedisError:

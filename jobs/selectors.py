@@ -98,6 +98,22 @@ def job_progress(*, job: Job) -> Progress:
     return jobs_progress(jobs=[job])[job.pk]
 
 
+def job_as_dict(job: Job) -> dict:
+    """A job as the jobs API shows it, with its progress."""
+    return {
+        "id": job.pk,
+        "name": job.name,
+        "status": job.status,
+        "preset": job.preset,
+        "max_summary_tokens": job.max_summary_tokens,
+        "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "progress": job_progress(job=job).as_dict(),
+        "results_url": f"/api/jobs/{job.pk}/results",
+    }
+
+
 def job_visible_to(*, user: AbstractBaseUser, job_id: int) -> Job | None:
     """A job its owner, or a superuser, may see; others read the same as a missing one."""
     jobs = Job.objects.all() if user.is_superuser else Job.objects.filter(owner=user)

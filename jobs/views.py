@@ -29,21 +29,6 @@ def _token_user(request: HttpRequest):
     return user_for_token(raw, Scope.JOBS_SUBMIT) if raw else None
 
 
-def _job_json(job: Job) -> dict:
-    return {
-        "id": job.pk,
-        "name": job.name,
-        "status": job.status,
-        "preset": job.preset,
-        "max_summary_tokens": job.max_summary_tokens,
-        "created_at": job.created_at.isoformat(),
-        "started_at": job.started_at.isoformat() if job.started_at else None,
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        "progress": selectors.job_progress(job=job).as_dict(),
-        "results_url": f"/api/jobs/{job.pk}/results",
-    }
-
-
 def _int_or_none(value) -> int | None:
     if value in (None, ""):
         return None
@@ -91,7 +76,7 @@ def job_create(request: HttpRequest) -> HttpResponse:
         return _error(400, "invalid", str(exc))
     except PermissionDenied as exc:
         return _error(403, "forbidden", str(exc))
-    return JsonResponse(_job_json(job), status=201)
+    return JsonResponse(selectors.job_as_dict(job), status=201)
 
 
 def _visible_job(request: HttpRequest, job_id: int) -> Job | HttpResponse:
@@ -105,7 +90,7 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job | HttpResponse:
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
-    return JsonResponse(_job_json(job)) if isinstance(job, Job) else job
+    return JsonResponse(selectors.job_as_dict(job)) if isinstance(job, Job) else job
 
 
 @require_GET

@@ -58,3 +58,16 @@ def _sync_client(url: str) -> redis.Redis:
 def limits_storage_uri(*, asynchronous: bool) -> str:
     """REDIS_URL as the `limits` package spells it, for its sync or asyncio storage."""
     return settings.REDIS_URL.replace("redis://", "async+redis://", 1) if asynchronous else settings.REDIS_URL
+
+
+def raise_if_cancelled() -> None:
+    """Raise the cancellation that a Redis command swallowed.
+
+    redis-py's asyncio client can swallow a CancelledError that lands while a command runs
+    (redis/redis-py#2028 and #2551; checked here with 6.4: a task cancelled during XADD
+    returned normally 199 times in 200). A loop that must end when its task is cancelled (an
+    answer being stopped, a follower whose socket closed, a heartbeat) calls this after each
+    command, so a stop is never lost."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

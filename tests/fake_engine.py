@@ -1,26 +1,62 @@
-"""An EngineClient that injects faults, for unit tests only; end-to-end tests use vLLM."""
+"""The one fake engine: the engine client's interface, for unit tests that inject faults or count,
+pause and hang requests. End-to-end tests use vLLM.
+
+Words are tokens. Each request plays `script`: a str is a delta, a number a pause in seconds, an Event
+a wait for it. Without a script the answer is one delta naming how many words the last message had, as
+a summary would. `delay` pauses before anything is sent. A request fails like a broken engine, after its
+script, when `fail_with` is set or its last message contains `poison`; with `hang` it never ends.
+"""
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-from inference.client import ChatRequest, Completion, EngineError, TextDelta
+from inference.client import ChatRequest, Completion, EngineError, EngineLoad, TextDelta
 
 
 class FakeEngine:
-    """Plays a script: a str is a delta, a number a pause in seconds, an Event a wait for it."""
-
-    def __init__(self, script: Sequence = (), *, fail_with: EngineError | None = None, hang: bool = False):
-        self.script = list(script)
+    def __init__(
+        self,
+        script: Sequence | None = None,
+        *,
+        delay: float = 0,
+        fail_with: EngineError | None = None,
+        poison: str = "POISON",
+        hang: bool = False,
+    ):
+        self.script = script
+        self.delay = delay
         self.fail_with = fail_with
+        self.poison = poison
         self.hang = hang
         self.requests: list[ChatRequest] = []
-        self.closed = asyncio.Event()
+        self.active = 0  # requests streaming now
+        self.peak = 0  # the most at once
+        self.aborted = 0  # requests closed before they finished
+        self.closed = asyncio.Event()  # set when any request's stream is closed
+        self._vocab: list[str] = []
+        self._ids: dict[str, int] = {}
+
+    def _failure(self, request: ChatRequest) -> EngineError | None:
+        if self.fail_with is not None:
+            return self.fail_with
+        if self.poison in request.messages[-1]["content"]:
+            return EngineError("The engine failed (500): boom")
+        return None
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
         self.requests.append(request)
-        deltas = 0
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        finished = False
         try:
-            for step in self.script:
+            await asyncio.sleep(self.delay)
+            failure = self._failure(request)
+            script = self.script
+            if script is None:
+                words = len(request.messages[-1]["content"].split())
+                script = [] if failure else [f"Summary of {words} words."]
+            deltas = 0
+            for step in script:
                 if isinstance(step, str):
                     deltas += 1
                     yield TextDelta(step)
@@ -28,16 +64,35 @@ class FakeEngine:
                     await step.wait()
                 else:
                     await asyncio.sleep(step)
-            if self.fail_with is not None:
-                raise self.fail_with
+            if failure is not None:
+                raise failure
             if self.hang:
                 await asyncio.Event().wait()
+            finished = True
             yield Completion("stop", prompt_tokens=10, cached_tokens=0, completion_tokens=deltas)
         finally:
+            self.active -= 1
+            if not finished:
+                self.aborted += 1
             self.closed.set()
 
-    async def count_prompt_tokens(self, messages) -> int:
-        return sum(len(m["content"]) for m in messages)
+    async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
+        return sum(len(m["content"].split()) for m in messages) + 10
+
+    async def tokenize(self, text: str) -> list[int]:
+        ids = []
+        for word in text.split():
+            if word not in self._ids:
+                self._ids[word] = len(self._vocab)
+                self._vocab.append(word)
+            ids.append(self._ids[word])
+        return ids
+
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        return " ".join(self._vocab[i] for i in token_ids)
+
+    async def load(self) -> EngineLoad:
+        return EngineLoad(running=self.active, waiting=0)
 
     async def is_healthy(self) -> bool:
         return True

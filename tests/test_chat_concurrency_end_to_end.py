@@ -19,7 +19,7 @@ from jobs.models import Job
 from tests.chat_client import collect_answer, long_answer_conversation, open_chat, send
 from tests.conftest import running_daphne
 from tests.jobs_corpus import report
-from tests.jobs_fakes import staff_user
+from tests.jobs_helpers import staff_user
 from tests.test_jobs_end_to_end import wait_finished
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,6 +19,7 @@ from redisconn import client as redis_client
 from redisconn import keys
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -187,11 +188,7 @@ async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
     fake = FakeEngine(["one "], hang=True)
     generation = Generation(turn, user_id=alice.pk, engine=fake)
     task = generation.start()
-    for _ in range(1000):
-        if fake.requests:
-            break
-        await asyncio.sleep(0.01)
-    assert fake.requests, "the engine was not asked"
+    assert await until(lambda: fake.requests), "the engine was not asked"
     generation.stop("user")
     await asyncio.sleep(0)  # the first stop is being handled: the answer is storing itself
     generation.stop("user")
@@ -201,3 +198,64 @@ async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
     assert stored.status == Message.Status.STOPPED
     frames = [f async for f in streams.follow(r, turn.assistant_message_id)]
     assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "stopped"
+
+
+async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
+    """An answer of one token from an engine that then hangs, stopped while its token is being
+    written: `write_token(publish, args, stop_now)` writes it and sets `stop_now` when the stop
+    should come. Returns the answer's id once it has ended."""
+    turn = await sync_to_async(services.chat_turn_start)(user=user, conversation_id=None, content="hi")
+    await streams.open_stream(redis_client(), turn.assistant_message_id)
+    stop_now = asyncio.Event()
+    publish = streams.publish
+
+    async def publish_with(*args):
+        if args[-1]["type"] == "chat.token":
+            await write_token(publish, args, stop_now)
+        else:
+            await publish(*args)
+
+    monkeypatch.setattr(streams, "publish", publish_with)
+    generation = Generation(turn, user_id=user.pk, engine=FakeEngine(["one "], hang=True))
+    task = generation.start()
+    await asyncio.wait_for(stop_now.wait(), 30)
+    generation.stop("user")
+    done, _ = await asyncio.wait([task], timeout=30)
+    assert done, "the stop was lost"
+    return turn.assistant_message_id
+
+
+async def test_it_closes_the_stream_of_an_answer_stopped_while_a_token_is_being_written(alice, monkeypatch):
+    async def write_then_wait(publish, args, stop_now):
+        await publish(*args)
+        stop_now.set()
+        await asyncio.Event().wait()  # the token is in the stream; its writer has not heard back yet
+
+    message_id = await stopped_during_its_token(alice, monkeypatch, write_then_wait)
+
+    async def frames_to_the_end():
+        return [f async for f in streams.follow(redis_client(), message_id)]
+
+    frames = await asyncio.wait_for(frames_to_the_end(), 30)
+    assert [f["type"] for f in frames] == ["chat.token", "chat.done"]
+    assert frames[-1]["status"] == "stopped" and frames[-1]["content"] == "one "
+    stored = await Message.objects.aget(pk=message_id)
+    assert (stored.status, stored.content) == (Message.Status.STOPPED, "one ")
+
+
+async def test_it_stops_an_answer_even_when_a_redis_command_swallowed_the_cancellation(
+    alice, monkeypatch, settings
+):
+    settings.CHAT_TOKEN_TIMEOUT = settings.CHAT_TOTAL_TIMEOUT = 600  # only the stop can end it
+
+    async def write_swallowing_the_cancellation(publish, args, stop_now):
+        stop_now.set()
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            pass  # as redis-py's client can (redis/redis-py#2028)
+        await publish(*args)
+
+    message_id = await stopped_during_its_token(alice, monkeypatch, write_swallowing_the_cancellation)
+    stored = await Message.objects.aget(pk=message_id)
+    assert (stored.status, stored.content) == (Message.Status.STOPPED, "one ")

@@ -13,7 +13,7 @@ from jobs.models import Document, Job, Result
 from redisconn.keys import CHAT_ACTIVE
 from tests.conftest import engine_gauge
 from tests.jobs_corpus import long_report, report
-from tests.jobs_fakes import staff_user
+from tests.jobs_helpers import staff_user
 from tests.jobs_pdf import pdf_with_text
 
 pytestmark = pytest.mark.django_db(transaction=True)

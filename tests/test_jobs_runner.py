@@ -14,8 +14,10 @@ from jobs.models import Document, Job, Result
 from jobs.runner import pdf_text, run_job
 from jobs.shaping import Shaper
 from redisconn.keys import CHAT_ACTIVE
-from tests.jobs_fakes import BulkFakeEngine, aqueued_job
+from tests.fake_engine import FakeEngine
+from tests.jobs_helpers import aqueued_job
 from tests.jobs_pdf import pdf_with_text
+from tests.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,14 +39,6 @@ async def chat_key():
     await r.aclose()
 
 
-async def until(predicate, seconds: float = 30.0) -> bool:
-    for _ in range(int(seconds / 0.01)):
-        if predicate():
-            return True
-        await asyncio.sleep(0.01)
-    return predicate()
-
-
 def documents(n: int, words: int = 20) -> dict[str, str]:
     return {f"doc-{i}": " ".join(f"w{i}x{j}" for j in range(words)) for i in range(n)}
 
@@ -56,7 +50,7 @@ def statuses(job: Job) -> dict[str, str]:
 
 async def test_it_summarizes_every_document_and_completes_the_job():
     job = await aqueued_job(documents(12))
-    engine = BulkFakeEngine()
+    engine = FakeEngine(delay=0.05)
     assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
     await job.arefresh_from_db()
     assert job.status == Job.Status.COMPLETED and job.started_at and job.finished_at
@@ -70,7 +64,7 @@ async def test_it_summarizes_every_document_and_completes_the_job():
 async def test_it_map_reduces_a_document_longer_than_a_chunk(settings):
     settings.BULK_CHUNK_TOKENS = 128
     job = await aqueued_job({"long": " ".join(f"t{i}" for i in range(1000))}, max_summary_tokens=32)
-    engine = BulkFakeEngine(delay=0)
+    engine = FakeEngine(delay=0)
     assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
     result = await Result.objects.aget(job=job)
     assert result.chunks == 9 and result.document_tokens == 1000
@@ -82,7 +76,7 @@ async def test_it_fails_a_document_after_its_attempts_and_the_job_ends_partial()
     texts = documents(5)
     texts["doc-2"] = "this one is POISON for the engine"
     job = await aqueued_job(texts)
-    engine = BulkFakeEngine(delay=0)
+    engine = FakeEngine(delay=0)
     assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
     await job.arefresh_from_db()
     assert job.status == Job.Status.PARTIAL
@@ -95,14 +89,14 @@ async def test_it_fails_a_document_after_its_attempts_and_the_job_ends_partial()
 async def test_it_keeps_one_request_in_flight_while_chat_is_active(chat_key):
     await chat_key.set(CHAT_ACTIVE, 2)
     job = await aqueued_job(documents(6))
-    engine = BulkFakeEngine(delay=0.05)
+    engine = FakeEngine(delay=0.05)
     assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
     assert engine.peak == 1
 
 
 async def test_it_preempts_newest_requests_when_chat_starts_and_they_do_not_lose_an_attempt(chat_key):
     job = await aqueued_job(documents(10))
-    engine = BulkFakeEngine(delay=1.0)
+    engine = FakeEngine(delay=1.0)
     shaper = Shaper(maximum=6, minimum=6, while_chat=1, quiet_seconds=60)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
@@ -119,7 +113,7 @@ async def test_it_preempts_newest_requests_when_chat_starts_and_they_do_not_lose
 
 async def test_it_aborts_in_flight_requests_on_cancel_and_keeps_finished_results():
     job = await aqueued_job(documents(8))
-    engine = BulkFakeEngine(delay=1.5)
+    engine = FakeEngine(delay=1.5)
     shaper = Shaper(maximum=4, minimum=4, while_chat=4, quiet_seconds=0)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
@@ -142,7 +136,7 @@ async def test_it_aborts_in_flight_requests_on_cancel_and_keeps_finished_results
 
 async def test_it_stops_claiming_at_its_deadline_and_asks_to_continue():
     job = await aqueued_job(documents(6))
-    engine = BulkFakeEngine(delay=0.05)
+    engine = FakeEngine(delay=0.05)
     shaper = Shaper(maximum=1, minimum=1, while_chat=1, quiet_seconds=0)
     assert (
         await run_job(job_id=job.pk, worker="test/1", seconds=0.08, engine=engine, shaper=shaper)
@@ -170,10 +164,7 @@ async def test_it_fails_an_unreadable_pdf_alone_and_the_job_ends_partial():
     await sync_to_async(Document.objects.create)(
         job=job, external_id="hostile.pdf", format="pdf", source=b"%PDF-1.7\n1 0 obj << /Pages 2 0 R"
     )
-    assert (
-        await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=BulkFakeEngine(delay=0))
-        == "finished"
-    )
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=FakeEngine(delay=0)) == "finished"
     await job.arefresh_from_db()
     assert job.status == Job.Status.PARTIAL
     hostile = await Document.objects.aget(job=job, external_id="hostile.pdf")
@@ -190,7 +181,7 @@ async def test_it_leaves_a_job_to_the_runner_that_holds_it(settings):
     try:
         RunnerLock.TTL, ttl = 1, RunnerLock.TTL
         started = asyncio.get_running_loop().time()
-        outcome = await run_job(job_id=job.pk, worker="test/2", seconds=30, engine=BulkFakeEngine(delay=0))
+        outcome = await run_job(job_id=job.pk, worker="test/2", seconds=30, engine=FakeEngine(delay=0))
         assert outcome == "elsewhere" and asyncio.get_running_loop().time() - started >= 2
     finally:
         RunnerLock.TTL = ttl
@@ -212,7 +203,7 @@ class CountingShaper(Shaper):
 async def test_it_pauses_while_chat_is_active_when_told_to_and_resumes_after(chat_key):
     await chat_key.set(CHAT_ACTIVE, 1)
     job = await aqueued_job(documents(3))
-    engine = BulkFakeEngine(delay=0)
+    engine = FakeEngine(delay=0)
     shaper = CountingShaper(maximum=4, minimum=1, while_chat=0, quiet_seconds=0)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine, shaper=shaper)
@@ -229,30 +220,29 @@ async def test_it_goes_on_when_the_database_drops_its_connection_mid_job():
     if connection.vendor != "postgresql":
         pytest.skip("a dropped connection is shown on PostgreSQL")
 
-    def runner_connection() -> int:
-        # Runs where the runner's database calls run (asgiref's thread): its connection.
+    def end_this_threads_session() -> bool:
+        # Runs in asgiref's thread, where the runner's database calls run, so none runs meanwhile:
+        # the connection it leaves behind is dead when the runner's next call comes.
         with connections["default"].cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
-            return cursor.fetchone()[0]
-
-    def terminate(pid: int) -> bool:
+            pid = cursor.fetchone()[0]
+        other = connections.create_connection("default")
         try:
-            with connections["default"].cursor() as cursor:
-                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            with other.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])  # waits for its end
                 return cursor.fetchone()[0]
         finally:
-            connections.close_all()  # this thread's own connection
+            other.close()
 
     job = await aqueued_job(documents(8))
-    engine = BulkFakeEngine(delay=0.3)
+    engine = FakeEngine(delay=0.3)
     shaper = Shaper(maximum=2, minimum=2, while_chat=2, quiet_seconds=0)
     run = asyncio.create_task(
         run_job(job_id=job.pk, worker="test/1", seconds=60, engine=engine, shaper=shaper)
     )
     assert await until(lambda: len(engine.requests) >= 2), "the job did not start"
     # As a database restart does: the server ends the session under the runner.
-    pid = await sync_to_async(runner_connection)()
-    assert await sync_to_async(terminate, thread_sensitive=False)(pid)
+    assert await sync_to_async(end_this_threads_session)()
     assert await run == "finished"
     assert set((await statuses(job)).values()) == {"done"}
     assert await Result.objects.filter(job=job).acount() == 8

@@ -10,7 +10,7 @@ from jobs import services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
 from tests.jobs_corpus import report
-from tests.jobs_fakes import staff_user
+from tests.jobs_helpers import staff_user
 from tests.test_jobs_end_to_end import wait_finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
