@@ -15,6 +15,9 @@ Chat requests mark themselves in Redis the way the web tier does
 (`chat:generations:active`, a set of leases). Target: chat TTFT in (5) within 1.5x of (1).
 Run: `python -m bench.bench_bulk_chat [--documents N] [--engine-url URL]` (the bench
 package sets Django up on the product's settings and database); prints JSON.
+
+Why one module of about 300 lines: the five phases share one engine, one corpus and one
+chat probe, and are read in order.
 """
 
 import argparse

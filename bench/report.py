@@ -2,6 +2,9 @@
 
 Run after the benchmarks (`make bench` does); a benchmark that has not run yet is
 listed as missing. Targets are reported as met or missed, never asserted.
+
+Why one module of about 400 lines: one section per benchmark, each a few independent
+functions, all writing the one document.
 """
 
 import argparse

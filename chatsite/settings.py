@@ -1,5 +1,9 @@
 """Project configuration. Every value that varies by deployment comes from the
-environment through chatsite.env; docs/configuration.md lists them all."""
+environment through chatsite.env; docs/configuration.md lists them all.
+
+Why one module of about 300 lines: Django reads one settings module, and a test checks it
+against docs/configuration.md; it is grouped by part (store, Redis, engine, chat, jobs,
+monitoring, security) in the order of that document."""
 
 from pathlib import Path
 

@@ -145,7 +145,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(protocol.error("stream_unavailable", detail, message=message_id))
             return
         # The stream ended without a closing frame: it expired, or its process died.
-        message = await Message.objects.aget(pk=message_id)
+        message = await database_sync_to_async(selectors.message_get)(user=self.user, message_id=message_id)
+        if message is None:  # deleted meanwhile
+            gone = protocol.error("not_found", "That answer no longer exists.", message=message_id)
+            await self.send_json(gone)
+            return
         await self.send_json(protocol.closing(message))
 
     async def chat_resume(self, frame: dict) -> None:

@@ -9,6 +9,10 @@ tab: a local call, or a message from another process, frontend.watcher) or a tim
 engine stream.
 
 The message row is written once, when the answer ends, whichever way it ends.
+
+Why one module of about 300 lines: it is one object's lifecycle (request, stream, and the three
+ways an answer ends: complete, stopped, failed), read top to bottom; the watcher, the deadlines
+and the mapping of failures to outcomes already live beside it.
 """
 
 import asyncio

@@ -1,5 +1,9 @@
 """Changes to the conversation store. Consumers and views call these; nothing else
-writes messages. What they refuse, they refuse with a protocol.Refusal."""
+writes messages. What they refuse, they refuse with a protocol.Refusal.
+
+Why one module of about 300 lines: every write to the store is here, so the rules that keep
+a conversation tree consistent (ownership, parents, the shown leaf, settings bounds) are
+checked in one place; each function is short and independent."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass

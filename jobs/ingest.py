@@ -6,6 +6,9 @@ bounded again in case a header lies. A problem with the whole upload raises
 `UploadRejected`; a problem with one document (empty, binary, unsupported) becomes
 that document's error and the others go on. PDFs are kept as bytes and read by the
 worker under a time limit (jobs/pdftext.py), never in the web process.
+
+Why one module of about 300 lines: every format goes through the same bounded reads and the
+same limits, which are the security-relevant part; splitting by format would spread them.
 """
 
 import codecs
