@@ -4,7 +4,6 @@ Every error is `{"error": {"code": ..., "detail": ...}}` with a stable code and 
 matching status; docs/store.md lists them.
 """
 
-import json
 from collections.abc import Callable
 from functools import wraps
 
@@ -13,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
 from apitokens.auth import bearer_token
-from frontend.protocol import Refusal
+from frontend.protocol import Refusal, parse_json
 
 
 class ApiError(Exception):
@@ -53,9 +52,9 @@ def read_json(request: HttpRequest, *, max_bytes: int) -> dict:
     if (length and length.isdigit() and int(length) > max_bytes) or len(request.body) > max_bytes:
         raise ApiError(413, "too_large", f"the request body is larger than {max_bytes} bytes")
     try:
-        data = json.loads(request.body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(400, "invalid_json", "the request body is not JSON") from None
+        data = parse_json(request.body or b"null")
+    except Refusal as refusal:
+        raise ApiError(400, "invalid_json", f"the request body is not JSON ({refusal.detail})") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "the request body must be a JSON object")
     return data

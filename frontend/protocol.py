@@ -157,14 +157,24 @@ def closing(message: "Message") -> dict:
 # Checking what clients send.
 
 
+def parse_json(text: str | bytes) -> object:
+    """What a client sent as JSON, or Refusal `invalid_json`: malformed, not UTF-8, or nested
+    deeper than the parser can go (a body of `[[[[…` is a clear error, not a RecursionError)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Refusal("invalid_json", f"invalid JSON: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise Refusal("invalid_json", "invalid JSON: not UTF-8") from None
+    except RecursionError:
+        raise Refusal("invalid_json", "invalid JSON: nested too deeply") from None
+
+
 def decode(text: str) -> dict:
     """One client frame: a JSON object with a string `type`."""
     if len(text) > settings.CHAT_MAX_CONTENT_CHARS * 2 + 1024:
         raise Refusal("too_large", "frame too large")
-    try:
-        frame = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Refusal("invalid_json", f"invalid JSON: {exc.msg}") from None
+    frame = parse_json(text)
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         raise Refusal("invalid_frame", "a frame is a JSON object with a string 'type'")
     return frame

@@ -14,7 +14,6 @@ same limits, which are the security-relevant part; splitting by format would spr
 import codecs
 import csv
 import io
-import json
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,6 +23,8 @@ from pathlib import PurePosixPath
 import charset_normalizer
 from django.conf import settings
 from django.core.files import File
+
+from frontend.protocol import Refusal, parse_json
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
 HTML_SUFFIXES = {".html", ".htm"}
@@ -235,9 +236,9 @@ def _jsonl_documents(upload: File) -> Iterator[DocumentInput]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UploadRejected(f"{upload.name}, line {number}: not JSON ({exc.msg}).") from None
+            record = parse_json(line)
+        except Refusal as refusal:
+            raise UploadRejected(f"{upload.name}, line {number}: not JSON ({refusal.detail}).") from None
         if not isinstance(record, dict):
             raise UploadRejected(f"{upload.name}, line {number}: expected an object with id and text.")
         yield _record(upload.name, f"line {number}", _first(record, ID_COLUMNS), _first(record, TEXT_COLUMNS))

@@ -4,8 +4,6 @@ Bearer tokens with the `jobs.submit` scope only (no session cookies, hence no CS
 and only staff may hold that scope and submit. Another user's job reads as missing.
 """
 
-import json
-
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -14,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apitokens.auth import bearer_token, user_for_token
 from apitokens.models import Scope
+from frontend.protocol import Refusal, parse_json
 from jobs import selectors, services
 from jobs.exports import jsonl_lines
 from jobs.ingest import UploadRejected, documents_from_files, documents_from_records
@@ -54,9 +53,9 @@ def job_create(request: HttpRequest) -> HttpResponse:
     try:
         if request.content_type == "application/json":
             try:
-                body = json.loads(request.body)
-            except json.JSONDecodeError as exc:
-                raise UploadRejected(f"The body is not JSON: {exc.msg}.") from None
+                body = parse_json(request.body)
+            except Refusal as refusal:
+                raise UploadRejected(f"The body is not JSON ({refusal.detail}).") from None
             if not isinstance(body, dict):
                 raise UploadRejected("The body must be a JSON object.")
             documents = documents_from_records(body.get("documents"))

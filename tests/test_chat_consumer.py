@@ -45,6 +45,7 @@ async def error_for(communicator, raw) -> dict:
     "raw, code",
     [
         ("{not json", "invalid_json"),
+        ("[" * 20_000, "invalid_json"),  # deeper than the parser goes
         (b"\x00\x01", "binary_frame"),
         ("[1, 2]", "invalid_frame"),
         ({"content": "no type"}, "invalid_frame"),

@@ -100,6 +100,7 @@ async def test_it_continues_a_conversation_and_answers_another_users_as_missing(
     "body, status, code",
     [
         ("{nope", 400, "invalid_json"),
+        ("[" * 20_000, 400, "invalid_json"),  # deeper than the parser goes
         ([1, 2], 400, "invalid_json"),
         ({}, 400, "invalid_field"),
         ({"prompt": "  "}, 400, "invalid_field"),

@@ -83,4 +83,7 @@ def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, clie
     response = post(other, url, {"title": "mine now"})
     assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
     assert post(browser, url, ["not", "an", "object"]).json()["error"]["code"] == "invalid_json"
+    token = browser.cookies["csrftoken"].value
+    nested = browser.post(url, "[" * 20_000, content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    assert (nested.status_code, nested.json()["error"]["code"]) == (400, "invalid_json")
     assert browser.get(url).status_code == 405

@@ -53,6 +53,13 @@ def test_it_creates_a_job_from_json_documents_with_a_custom_instruction(client, 
     assert Job.objects.get(pk=response.json()["id"]).instruction == "List the people named."
 
 
+def test_it_answers_json_nested_deeper_than_the_parser_goes_with_a_clear_error(client, staff):
+    response = client.post("/api/jobs/", "[" * 20_000, content_type="application/json", **bearer(staff))
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["error"]["detail"]
+    assert not Job.objects.exists()
+
+
 @pytest.mark.parametrize("case", ["none", "malformed", "wrong_scope", "revoked", "session_only"])
 def test_it_refuses_requests_without_a_live_jobs_token(client, staff, case):
     headers = {}

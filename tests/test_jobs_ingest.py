@@ -125,6 +125,7 @@ def test_it_reads_jsonl_and_csv_with_id_and_text():
     "name, data, message",
     [
         ("bad.jsonl", b'{"id": "a", "text": "x"}\nnot json\n', "line 2: not JSON"),
+        ("deep.jsonl", b"[" * 5_000 + b"\n", "line 1: not JSON.*nested too deeply"),
         ("bad.jsonl", b'{"text": "no id"}\n', "the id is missing"),
         ("bad.csv", b"name,body\na,b\n", "needs an id column"),
         ("dup.jsonl", b'{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "more than once"),
