@@ -11,7 +11,6 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-from apitokens.auth import bearer_token
 from frontend.protocol import Refusal, parse_json
 
 
@@ -60,10 +59,11 @@ def read_json(request: HttpRequest, *, max_bytes: int) -> dict:
     return data
 
 
-def check_csrf(request: HttpRequest) -> None:
-    """Writes authenticated by the session cookie need Django's CSRF token; bearer-token
-    requests carry no cookie a third-party page could ride on, so they need none."""
-    if bearer_token(request) is not None:
+def check_csrf(request: HttpRequest, *, by_token: bool) -> None:
+    """Writes authenticated by the session cookie need Django's CSRF token. A request whose
+    user came from its bearer token (`by_token`) carries no cookie a third-party page could
+    ride on, so it needs none; a bearer header that authenticated no one changes nothing."""
+    if by_token:
         return
     rejection = CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
     if rejection is not None:

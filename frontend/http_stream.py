@@ -24,7 +24,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 import redisconn
-from apitokens.auth import auser_for_request
+from apitokens.auth import auser_for_request, bearer_token
 from apitokens.models import Scope
 from frontend import protocol, services, streams
 from frontend.generation import Generation, answer_start
@@ -103,7 +103,8 @@ async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
     user = await auser_for_request(request, Scope.CHAT)
     if user is None:
         raise unauthenticated()
-    check_csrf(request)
+    # auser_for_request never falls back to the session when a bearer header is sent.
+    check_csrf(request, by_token=bearer_token(request) is not None)
     # JSON may spell a character in up to six bytes (\\uXXXX).
     prompt, conversation_id = _check_request(
         read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 + 1024)

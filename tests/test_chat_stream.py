@@ -128,6 +128,10 @@ async def test_it_needs_a_session_with_csrf_or_a_token_with_the_chat_scope(alice
     await client.aforce_login(alice)
     response = await client.post("/chat/stream", {"prompt": "hi"}, content_type="application/json")
     assert (response.status_code, json.loads(response.content)["error"]["code"]) == (403, "csrf_failed")
+    # A bearer header that authenticates no one is not replaced by the session, nor skips CSRF.
+    junk = {"Authorization": "Bearer junk"}
+    response = await client.post("/chat/stream", {"prompt": "hi"}, "application/json", headers=junk)
+    assert response.status_code == 401
     assert (await client.get("/chat/stream")).status_code == 405
 
 

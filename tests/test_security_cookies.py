@@ -52,6 +52,15 @@ def test_it_refuses_a_post_without_the_csrf_token(path, staff):
     assert response.status_code == 403
 
 
+@pytest.mark.parametrize("authorization", ["Bearer junk", "Bearer ", "Basic Ym9iOng="])
+def test_an_authorization_header_that_authenticates_no_one_does_not_skip_the_csrf_check(authorization):
+    user = get_user_model().objects.create_user("bob", password="pw-bob-123456")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    response = client.post("/c/new", "{}", content_type="application/json", HTTP_AUTHORIZATION=authorization)
+    assert (response.status_code, response.json()["error"]["code"]) == (403, "csrf_failed")
+
+
 def test_it_puts_the_csrf_token_in_every_post_form_of_the_templates():
     templates = [*ROOT.glob("templates/**/*.html"), *ROOT.glob("*/templates/**/*.html")]
     assert templates
