@@ -17,7 +17,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         # Issued with `manage.py issue_token`, which shows the plain token once.
         return False
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
         count = queryset.filter(revoked_at=None).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")

@@ -238,17 +238,20 @@ class JobAdmin(admin.ModelAdmin):
         self.message_user(request, self._apply(action, job), messages.SUCCESS)
         return redirect("admin:jobs_job_change", job.pk)
 
-    @admin.action(description="Start selected jobs")
+    @admin.action(description="Start selected jobs", permissions=["change"])
     def start_jobs(self, request, queryset):
         for job in queryset:
             self.message_user(request, self._apply("start", job))
 
-    @admin.action(description="Cancel selected jobs (abort in-flight requests, keep finished results)")
+    @admin.action(
+        description="Cancel selected jobs (abort in-flight requests, keep finished results)",
+        permissions=["change"],
+    )
     def cancel_jobs(self, request, queryset):
         for job in queryset:
             self.message_user(request, self._apply("cancel", job))
 
-    @admin.action(description="Retry failed documents of selected jobs")
+    @admin.action(description="Retry failed documents of selected jobs", permissions=["change"])
     def retry_failed(self, request, queryset):
         for job in queryset:
             self.message_user(request, self._apply("retry", job))
