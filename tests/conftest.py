@@ -87,6 +87,8 @@ def redis_server():
         )
 
     wait_redis(client, 30)
+    # The suite's own server, not whatever else answers at that address.
+    assert process is None or process.poll() is None, "the bundled Redis did not start"
     client.flushdb()
     yield settings.REDIS_URL
     if process is not None:

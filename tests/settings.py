@@ -13,9 +13,14 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 from chatsite import settings as product
+from harness.processes import free_port
 
-# Without REDIS_URL the suite starts the bundled Redis, as `make run` does.
+# Without REDIS_URL the suite starts the bundled Redis, as `make run` does, on a free port
+# of its own: not the fixed port of `make run`, which another suite or a running product on
+# the same machine may hold.
 TEST_BUNDLED_REDIS = "REDIS_URL" not in os.environ
+if TEST_BUNDLED_REDIS:
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
 
 
 def _test_database(url: str) -> str:
