@@ -151,11 +151,14 @@ CHAT_MAX_CONTENT_CHARS = env_int("CHAT_MAX_CONTENT_CHARS", 16000, minimum=1)
 # Per-user prefix-cache salt: one user's cached history never serves another's.
 CHAT_CACHE_SALT_PER_USER = env_bool("CHAT_CACHE_SALT_PER_USER", True)
 
-# Accounts that `make run` creates on first start.
+# Accounts that `make run` creates on first start. The well-known passwords are for
+# development only: in production mode (DEBUG off) an unset password is a random one,
+# printed once, and a well-known one stops the process (accounts/checks.py).
+DEFAULT_PASSWORDS = ("demo-password", "admin-password")
 DEMO_USERNAME = env_str("DEMO_USERNAME", "demo")
-DEMO_PASSWORD = env_str("DEMO_PASSWORD", "demo-password")
+DEMO_PASSWORD = env_str("DEMO_PASSWORD", DEFAULT_PASSWORDS[0] if DEBUG else "")
 STAFF_USERNAME = env_str("STAFF_USERNAME", "admin")
-STAFF_PASSWORD = env_str("STAFF_PASSWORD", "admin-password")
+STAFF_PASSWORD = env_str("STAFF_PASSWORD", DEFAULT_PASSWORDS[1] if DEBUG else "")
 
 LOGGING = {
     "version": 1,

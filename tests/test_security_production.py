@@ -124,3 +124,36 @@ def test_it_sends_secure_httponly_samesite_cookies_behind_tls(production_daphne)
             cookies.load(header)
         session = cookies["sessionid"]
         assert session["secure"] and session["httponly"] and session["samesite"] == "Lax"
+
+
+def test_it_refuses_a_well_known_password_in_production_mode():
+    result = manage("check", "--deploy", **PRODUCTION, STAFF_PASSWORD="admin-password")
+    assert result.returncode != 0
+    assert "accounts.E001" in result.stderr and "STAFF_PASSWORD" in result.stderr
+
+
+@pytest.mark.django_db
+def test_it_gives_the_first_start_accounts_random_passwords_in_production_mode(settings):
+    from io import StringIO
+
+    from django.core.checks import run_checks
+    from django.core.management import call_command
+
+    settings.DEBUG = False
+    settings.DEMO_PASSWORD = settings.STAFF_PASSWORD = ""  # as unset with DEBUG off
+    out = StringIO()
+    call_command("bootstrap_users", stdout=out)
+    for username in (settings.DEMO_USERNAME, settings.STAFF_USERNAME):
+        user = get_user_model().objects.get(username=username)
+        shown = out.getvalue().split(f" {username} / ")[1].split()[0]
+        assert len(shown) >= 16 and user.check_password(shown)
+        assert not any(user.check_password(p) for p in settings.DEFAULT_PASSWORDS)
+    assert not [e for e in run_checks(databases=["default"]) if e.id.startswith("accounts.")]
+
+    # An account left with a well-known password (made in development) stops a production start.
+    staff = get_user_model().objects.get(username=settings.STAFF_USERNAME)
+    staff.set_password("admin-password")
+    staff.save()
+    assert [e.id for e in run_checks(databases=["default"]) if e.id.startswith("accounts.")] == [
+        "accounts.E002"
+    ]

@@ -1,3 +1,5 @@
+import secrets
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -12,10 +14,12 @@ class Command(BaseCommand):
             (settings.DEMO_USERNAME, settings.DEMO_PASSWORD, False),
             (settings.STAFF_USERNAME, settings.STAFF_PASSWORD, True),
         ]
-        for username, password, staff in accounts:
+        for username, configured, staff in accounts:
             user, created = User.objects.get_or_create(
                 username=username, defaults={"is_staff": staff, "is_superuser": staff}
             )
+            # Unset (production mode's default): a random password, shown here once, kept nowhere.
+            password = configured or secrets.token_urlsafe(16)
             if created:
                 user.set_password(password)
                 user.save()
