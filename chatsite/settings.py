@@ -308,7 +308,10 @@ CONTENT_SECURITY_POLICY = {
         "form-action": ["'self'"],
     }
 }
-# Login throttling (accounts/): failed attempts counted in Redis over a moving window.
+# Login throttling (accounts/): attempts counted in Redis over a moving window.
 LOGIN_FAILURES_PER_USERNAME = env_int("LOGIN_FAILURES_PER_USERNAME", 5, minimum=1)
 LOGIN_FAILURES_PER_IP = env_int("LOGIN_FAILURES_PER_IP", 20, minimum=1)
 LOGIN_THROTTLE_SECONDS = env_int("LOGIN_THROTTLE_SECONDS", 300, minimum=1)
+# Addresses or networks of the reverse proxies whose X-Forwarded-For is believed; from any
+# other peer the header is ignored.
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])

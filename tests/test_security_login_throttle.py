@@ -84,3 +84,55 @@ async def test_it_throttles_requests_served_asynchronously(async_client, setting
         assert (await async_client.post("/accounts/login/", wrong)).status_code == 200
     right = {"username": user.username, "password": "pw-right-12345"}
     assert (await async_client.post("/accounts/login/", right)).status_code == 429
+
+
+def test_look_alike_usernames_count_for_the_account_they_log_in_to(client):
+    user = get_user_model().objects.create_user("carol", password="pw-right-12345")
+    # Full-width letters: the login form normalises them (NFKC) to the account's own name.
+    for _ in range(3):
+        assert log_in(client, "ｃａｒｏｌ", "wrong", fresh_address()).status_code == 200
+    assert log_in(client, "ｃａｒｏｌ", "another guess", fresh_address()).status_code == 429
+    assert log_in(client, user.username, "pw-right-12345", fresh_address()).status_code == 429
+
+
+def test_a_parallel_burst_gets_no_more_tries_than_the_limit(settings):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from accounts.throttle import attempt
+
+    username, address = f"burst-{secrets.token_hex(4)}", fresh_address()
+    settings.LOGIN_FAILURES_PER_IP = 1000
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        waits = list(pool.map(lambda _: attempt(username=username, address=address), range(50)))
+    assert sum(1 for wait in waits if wait == 0) == 3
+
+
+def test_a_forged_forwarded_address_is_ignored_unless_a_trusted_proxy_sent_it(client, settings):
+    address = fresh_address()
+    for _ in range(5):
+        forged = {"HTTP_X_FORWARDED_FOR": fresh_address()}
+        response = client.post(
+            "/accounts/login/", {"username": f"x-{secrets.token_hex(4)}", "password": "guess"},
+            REMOTE_ADDR=address, **forged,
+        )  # fmt: skip
+        assert response.status_code == 200
+    victim = fresh_user()
+    assert log_in(client, victim.username, "pw-right-12345", address).status_code == 429
+
+    # Behind a configured proxy, the client it names is the one counted, each on its own.
+    settings.TRUSTED_PROXIES = ["192.0.2.0/24"]
+    clients = [fresh_address() for _ in range(6)]
+    for one in clients:
+        response = client.post(
+            "/accounts/login/", {"username": f"y-{secrets.token_hex(4)}", "password": "guess"},
+            REMOTE_ADDR="192.0.2.7", HTTP_X_FORWARDED_FOR=f"{one}, 192.0.2.9",
+        )  # fmt: skip
+        assert response.status_code == 200
+
+
+def test_an_ipv6_client_counts_as_its_slash_64(client):
+    network = "2001:db8:{:x}:{:x}::".format(*secrets.token_bytes(2))
+    for host in range(1, 6):
+        assert log_in(client, f"z-{secrets.token_hex(4)}", "guess", f"{network}{host}").status_code == 200
+    victim = fresh_user()
+    assert log_in(client, victim.username, "pw-right-12345", f"{network}beef").status_code == 429
