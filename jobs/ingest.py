@@ -170,18 +170,35 @@ def _document(name: str, data: bytes) -> DocumentInput:
         return DocumentInput(name, error=str(exc))
 
 
-def _zip_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+def _open_zip(upload: File) -> zipfile.ZipFile:
+    upload.seek(0)
     try:
-        archive = zipfile.ZipFile(upload)
+        return zipfile.ZipFile(upload)
     except (zipfile.BadZipFile, OSError) as exc:
         raise UploadRejected(f"{upload.name}: not a readable zip archive ({exc}).") from None
-    with archive:
-        members = [
-            m
-            for m in archive.infolist()
-            if not m.is_dir() and not PurePosixPath(m.filename).name.startswith(".")
-            and not m.filename.startswith("__MACOSX/")
-        ]  # fmt: skip
+
+
+def _members(archive: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
+    return [
+        m
+        for m in archive.infolist()
+        if not m.is_dir() and not PurePosixPath(m.filename).name.startswith(".")
+        and not m.filename.startswith("__MACOSX/")
+    ]  # fmt: skip
+
+
+def _declared_size(upload: File) -> int:
+    """What the file expands to, as far as it says before anything is read: a zip's
+    directory, or the file's own size."""
+    if PurePosixPath(upload.name or "").suffix.lower() != ".zip":
+        return upload.size or 0
+    with _open_zip(upload) as archive:
+        return sum(m.file_size for m in _members(archive))
+
+
+def _zip_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+    with _open_zip(upload) as archive:
+        members = _members(archive)
         if len(members) > limits.documents:
             raise UploadRejected(
                 f"{upload.name} has {len(members)} files; at most {limits.documents} allowed."
@@ -287,10 +304,20 @@ def documents_from_files(uploads: Iterable[File], limits: Limits | None = None) 
     total = sum(u.size or 0 for u in uploads)
     if total > limits.upload_bytes:
         raise UploadRejected(f"The upload is {_mib(total)}; at most {_mib(limits.upload_bytes)} allowed.")
+    # The whole upload's expansion, not each archive's: many small archives must not add up
+    # to what one may not be. Checked from the directories first, then again as read.
+    allowed = limits.uncompressed_bytes
+    declared = sum(_declared_size(u) for u in uploads)
+    if declared > allowed:
+        raise UploadRejected(f"The upload expands to {_mib(declared)}; at most {_mib(allowed)} allowed.")
     documents: list[DocumentInput] = []
+    expanded = 0
     for upload in uploads:
         for document in _file_documents(upload, limits):
             documents.append(document)
+            expanded += len(document.text) + len(document.pdf or b"")
+            if expanded > allowed:
+                raise UploadRejected(f"The upload expands to more than {_mib(allowed)}.")
             if len(documents) > limits.documents:
                 raise UploadRejected(f"More than {limits.documents} documents in one job.")
     return _unique(documents)

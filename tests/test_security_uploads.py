@@ -51,3 +51,35 @@ def test_it_lets_only_staff_with_the_add_permission_submit_in_the_admin(client, 
     upload["files"] = [SimpleUploadedFile("a.txt", b"Some text.")]
     assert client.post("/admin/jobs/job/add/", {**upload, "max_summary_tokens": "64"}).status_code == 403
     assert Job.objects.count() == 0
+
+
+def zip_of(name: str, text: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, text)
+    return buffer.getvalue()
+
+
+def test_many_small_archives_in_one_upload_cannot_add_up_past_the_expansion_limit(client, staff, settings):
+    import tracemalloc
+
+    # Each archive alone expands to a fifth of the limit; forty of them to eight times it.
+    settings.BULK_MAX_UNCOMPRESSED_BYTES = 5 * 1024 * 1024
+    member = b"word " * (1024 * 1024 // 5)
+    archives = [zip_of(f"doc-{i}.txt", member) for i in range(40)]
+    assert sum(len(a) for a in archives) < 200_000, "small on the wire"
+    files = [SimpleUploadedFile(f"part-{i}.zip", data) for i, data in enumerate(archives)]
+    tracemalloc.start()
+    try:
+        response = client.post("/api/jobs/", {"files": files}, **bearer(staff))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert response.status_code == 400
+    assert "expands to" in response.json()["error"]["detail"]
+    assert Job.objects.count() == 0
+    # Refused from the archives' directories: nothing was expanded in memory.
+    assert peak < 5 * 1024 * 1024, f"peak {peak} bytes"
