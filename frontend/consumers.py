@@ -15,17 +15,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import metrics, protocol, selectors, services, streams
+from frontend import metrics, protocol, selectors, services, socket_auth, streams
 from frontend.generation import RUNNING, answer_start
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.engine import engine_client
 
 log = logging.getLogger(__name__)
-
-
-def session_group(session_key: str) -> str:
-    return f"session-{session_key}"
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -36,13 +32,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close()
             return
         self.followers: dict[int, asyncio.Task] = {}
-        # Logging out ends this session's sockets (frontend.signals).
+        # Logout closes the login's sockets; changes to the user make them check again
+        # (frontend.socket_auth, frontend.signals).
         session = self.scope.get("session")
-        if session is not None and session.session_key:
-            self.session_group = session_group(session.session_key)
-            await self.channel_layer.group_add(self.session_group, self.channel_name)
+        self.session_key = session.session_key if session is not None else None
+        self.auth_groups = [
+            g for g in (socket_auth.login_group(session), socket_auth.user_group(self.user.pk)) if g
+        ]
+        for group in self.auth_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         metrics.websocket_opened()
+        self.expiry_watch = asyncio.create_task(self._close_when_the_session_expires())
 
     async def disconnect(self, code: int) -> None:
         """Stop forwarding; the answers themselves keep generating for a later resume."""
@@ -50,12 +51,34 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             metrics.websocket_closed()
         for task in list(getattr(self, "followers", {}).values()):
             task.cancel()
-        if hasattr(self, "session_group"):
-            await self.channel_layer.group_discard(self.session_group, self.channel_name)
+        if hasattr(self, "expiry_watch"):
+            self.expiry_watch.cancel()
+        for group in getattr(self, "auth_groups", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def session_closed(self, event: dict) -> None:
         """The session logged out: close with 4401 so the page goes to the login form."""
         await self.close(code=4401)
+
+    async def session_recheck(self, event: dict) -> None:
+        """The user changed (deactivated, new password, deleted): close unless still logged in."""
+        if not await self._still_logged_in():
+            await self.close(code=4401)
+
+    async def _still_logged_in(self) -> bool:
+        return await database_sync_to_async(socket_auth.still_logged_in)(self.user.pk, self.session_key)
+
+    async def _close_when_the_session_expires(self) -> None:
+        while True:
+            wait = socket_auth.seconds_until(
+                await database_sync_to_async(socket_auth.session_expiry)(self.session_key)
+            )
+            if wait is None:
+                return
+            await asyncio.sleep(wait + 1)
+            if not await self._still_logged_in():  # else it was extended: wait for the new expiry
+                await self.close(code=4401)
+                return
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
         """Decode one frame and dispatch it by type ("chat.send" -> chat_send)."""
@@ -63,6 +86,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if text_data is None:
                 raise Refusal("binary_frame", "frames must be JSON text")
             frame = protocol.decode(text_data)
+            if not await self._still_logged_in():
+                await self.close(code=4401)
+                return
             if frame["type"] not in protocol.CLIENT_FRAMES:
                 raise Refusal("unknown_type", f"unknown frame type {frame['type']!r}")
             await getattr(self, frame["type"].replace(".", "_"))(frame)

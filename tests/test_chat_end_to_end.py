@@ -114,3 +114,74 @@ def test_it_closes_the_sessions_sockets_when_the_user_logs_out(ws_url, origin, u
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=5)
         assert closed.value.rcvd.code == 4401
+
+
+def socket_of(client, ws_url: str, origin: str):
+    from websockets.sync.client import connect
+
+    cookie = client.cookies["sessionid"].value
+    return connect(
+        ws_url, origin=origin, additional_headers={"Cookie": f"sessionid={cookie}"}, open_timeout=10
+    )
+
+
+def close_code(ws, within: float = 10) -> int:
+    from websockets.exceptions import ConnectionClosed
+
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            ws.recv(timeout=within)
+    return closed.value.rcvd.code
+
+
+def logged_in(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("change", ["deactivate", "new_password", "delete"])
+def test_it_closes_a_users_sockets_when_they_may_no_longer_log_in(ws_url, origin, user, change):
+    with socket_of(logged_in(user), ws_url, origin) as ws:
+        if change == "deactivate":
+            user.is_active = False
+            user.save()
+        elif change == "new_password":
+            user.set_password("pw-alice-changed-456")
+            user.save()
+        else:
+            user.delete()
+        assert close_code(ws) == 4401
+
+
+def test_it_refuses_the_frames_of_a_user_deactivated_behind_its_back(ws_url, origin, user):
+    with socket_of(logged_in(user), ws_url, origin) as ws:
+        # No signal: as a change made straight in the database.
+        get_user_model().objects.filter(pk=user.pk).update(is_active=False)
+        send(ws, {"type": "chat.send", "conversation": None, "content": "Still there?"})
+        assert close_code(ws) == 4401
+    assert not Message.objects.exists()
+
+
+def test_it_closes_a_socket_when_its_session_expires(ws_url, origin, user):
+    client = logged_in(user)
+    session = client.session
+    session.set_expiry(3)
+    session.save()
+    with socket_of(client, ws_url, origin) as ws:
+        assert close_code(ws, within=20) == 4401
+
+
+def test_logout_closes_the_sockets_opened_under_an_earlier_key_of_the_same_login(ws_url, origin, user):
+    client = logged_in(user)
+    with socket_of(client, ws_url, origin) as before:
+        # The session gets a new key, as Django gives it on login and on a password change.
+        session = client.session
+        session.cycle_key()
+        client.cookies["sessionid"] = session.session_key
+        with socket_of(client, ws_url, origin) as after:
+            assert client.post("/accounts/logout/").status_code == 302
+            assert close_code(after) == 4401
+            assert close_code(before) == 4401
