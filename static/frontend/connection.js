@@ -23,7 +23,7 @@ export class Connection {
     });
     socket.addEventListener("message", (event) => this.handlers.onFrame(JSON.parse(event.data)));
     socket.addEventListener("close", (event) => {
-      // 4401: the session logged out (in this tab or another); reconnecting cannot succeed.
+      // 4401: the session no longer logs the user in (logout, expiry, account change); reconnecting cannot succeed.
       if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
       this.handlers.onLost();
       setTimeout(() => this.open(), this.retryDelay);
