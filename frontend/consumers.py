@@ -171,10 +171,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(protocol.error("stream_unavailable", detail, message=message_id))
             return
         # The stream ended without a closing frame: it expired, or its process died.
-        message = await database_sync_to_async(selectors.message_get)(user=self.user, message_id=message_id)
-        if message is None:  # deleted meanwhile
-            gone = protocol.error("not_found", "That answer no longer exists.", message=message_id)
-            await self.send_json(gone)
+        try:
+            message = await self._owned_message(message_id)
+        except Refusal as refusal:  # deleted meanwhile
+            await self.send_json(refusal.frame())
             return
         await self.send_json(protocol.closing(message))
 
