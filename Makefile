@@ -11,8 +11,14 @@ ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 PROCESSES := web inference worker $(if $(REDIS_URL),,redis)
 # Bulk summarization jobs run on their own worker (jobs/, docs/jobs.md).
 PROCESSES += bulk
+# TOPOLOGY=cluster: nginx on WEB_PORT in front of WEB_PROCESSES web processes (docs/deploy.md).
+TOPOLOGY ?= single
+WEB_PROCESSES ?= $(if $(filter cluster,$(TOPOLOGY)),2,1)
+PROCESSES += $(if $(filter cluster,$(TOPOLOGY)),nginx)
 # Web and worker processes share one metrics directory, emptied at each start (docs/monitoring.md).
 METRICS_DIR ?= $(if $(PROMETHEUS_MULTIPROC_DIR),$(PROMETHEUS_MULTIPROC_DIR),$(abspath $(or $(DATA_DIR),var))/metrics)
+# supervisord's configuration, socket and logs (deploy/supervisor.py renders it from the Procfile).
+RUN_DIR ?= $(abspath $(or $(DATA_DIR),var))/run
 
 .PHONY: install run test lint format prepare bench
 
@@ -37,8 +43,11 @@ prepare: install
 run: prepare
 	@$(MANAGE) bootstrap_users
 	mkdir -p "$(METRICS_DIR)" && rm -f "$(METRICS_DIR)"/*.db
+	$(if $(filter cluster,$(TOPOLOGY)),@command -v nginx >/dev/null || { echo "TOPOLOGY=cluster needs nginx: apt-get install nginx"; exit 1; })
+	WEB_PORT=$(WEB_PORT) WEB_PROCESSES=$(WEB_PROCESSES) $(BIN)/python -m deploy.supervisor "$(RUN_DIR)" $(PROCESSES)
 	@echo "Starting $(PROCESSES). Open http://127.0.0.1:$(WEB_PORT)/ (the engine takes about a minute to load)."
-	PROMETHEUS_MULTIPROC_DIR="$(METRICS_DIR)" WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start --no-prefix -f Procfile $(PROCESSES)
+	@echo "Each process is restarted when it dies; Ctrl-C stops them all. Status: $(BIN)/supervisorctl -c $(RUN_DIR)/supervisord.conf status"
+	PROMETHEUS_MULTIPROC_DIR="$(METRICS_DIR)" RUN_DIR="$(RUN_DIR)" WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/supervisord -c "$(RUN_DIR)/supervisord.conf"
 
 test: install
 	mkdir -p "$${DATA_DIR:-var}"

@@ -1,4 +1,11 @@
-"""/healthz: the state of everything a chat needs, for load balancers and people."""
+"""Health for load balancers, orchestrators and people.
+
+- `/healthz`: the state of everything a chat needs; 200 only when all of it is up.
+- `/healthz/live`: the web process answers (liveness: restart it when this fails).
+- `/healthz/ready`: the web process can serve pages, history and the store API: its database
+  and Redis answer (readiness). The engine is reported, not required: with the engine down the
+  site still serves everything but new answers, which are refused with a time to retry.
+"""
 
 import redis
 from django.db import connection
@@ -36,4 +43,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
             "engine_circuit": engine_client().breaker.state,
         },
         status=200 if healthy else 503,
+    )
+
+
+def live(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def ready(request: HttpRequest) -> JsonResponse:
+    checks = {"database": _database(), "redis": _redis()}
+    serving = all(state == "ok" for state in checks.values())
+    return JsonResponse(
+        {"status": "ok" if serving else "unavailable", **checks, "engine": engine_health()},
+        status=200 if serving else 503,
     )

@@ -14,4 +14,6 @@ urlpatterns = [
     path("api/conversations/", api.conversation_list, name="api-conversations"),
     path("api/conversations/<int:conversation_id>/", api.conversation_detail, name="api-conversation"),
     path("healthz", health.healthz, name="healthz"),
+    path("healthz/live", health.live, name="healthz-live"),
+    path("healthz/ready", health.ready, name="healthz-ready"),
 ]

@@ -96,6 +96,10 @@ class GuardedEngineClient:
             self.breaker.record_success()
         elif isinstance(exc, EngineError) and exc.code in _FAILURE_CODES:
             self.breaker.record_failure()
+            if exc.code == "engine_unavailable":
+                # Unreachable (down, or restarting after a crash): say when to try again, as the
+                # open circuit does; at least a second, the remaining cool-down once it opened.
+                exc.extra.setdefault("retry_after", round(max(self.breaker.retry_after(), 1.0), 1))
         else:
             self.breaker.record_neutral()
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from threading import Thread
@@ -161,12 +163,93 @@ class EngineProcess:
         """Stop the engine and its workers; on return its output has all been written."""
         if self.process is None:
             return
+        # The server leads its own process group (start_new_session), so the group id is its pid.
+        group = self.process.pid
         if self.process.poll() is None:
-            pgid = os.getpgid(self.process.pid)
-            os.killpg(pgid, signal.SIGTERM)
+            os.killpg(group, signal.SIGTERM)
             try:
                 self.process.wait(grace)
             except subprocess.TimeoutExpired:
-                os.killpg(pgid, signal.SIGKILL)
+                os.killpg(group, signal.SIGKILL)
                 self.process.wait()
+        # A server killed on its own (an out-of-memory kill) leaves its engine workers behind,
+        # holding the memory and the model; nothing of the group may outlive it.
+        with suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
         self._drain()
+
+
+def exit_reason(code: int) -> str:
+    """How a process ended, in words: `killed by SIGKILL`, `exited with status 1`."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class EngineSupervisor:
+    """Keeps one engine serving: a server that dies, or fails to start, is started again after
+    a delay that doubles up to RESTART_DELAY_MAX, and each restart is logged with its reason.
+    The delay starts over once a server has served for STEADY_AFTER seconds.
+
+    Why here and not only in the process manager: the inference process is the parent of
+    vLLM's server, and an out-of-memory kill takes the server, not its parent. Restarting the
+    server in place keeps the engine's address and start-up checks in one place, and the
+    process manager (supervisord, Kubernetes) still restarts `runinference` itself if it dies.
+    A configuration mistake (EngineStartError from start()) is not retried: it would fail the same way.
+    """
+
+    RESTART_DELAY_FIRST = 1.0
+    RESTART_DELAY_MAX = 30.0
+    STEADY_AFTER = 60.0
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        startup_timeout: float,
+        log: Callable[[str], None],
+        output: IO[str] | None = None,
+    ) -> None:
+        self.config = config
+        self.startup_timeout = startup_timeout
+        self.log = log
+        self.output = output
+        self.engine: EngineProcess | None = None
+        self.starts = 0
+
+    def run(self, until: Callable[[], bool] = lambda: False) -> None:
+        """Serve until `until()` is true after a server ended, or an exception (a signal) ends it;
+        the current server is stopped on the way out either way."""
+        delay = self.RESTART_DELAY_FIRST
+        try:
+            while True:
+                started = time.monotonic()
+                self.log(f"The engine stopped: {self._serve_once()}")
+                if until():
+                    return
+                if time.monotonic() - started >= self.STEADY_AFTER:
+                    delay = self.RESTART_DELAY_FIRST
+                self.log(f"Starting the engine again in {delay:g}s.")
+                time.sleep(delay)
+                delay = min(delay * 2, self.RESTART_DELAY_MAX)
+        finally:
+            if self.engine is not None:
+                self.engine.stop()
+
+    def _serve_once(self) -> str:
+        """Start a server, wait while it serves, stop what is left of it: why it ended."""
+        self.engine = EngineProcess(self.config, output=self.output)
+        self.engine.start()
+        self.starts += 1
+        try:
+            self.engine.wait_healthy(self.startup_timeout)
+        except EngineStartError as exc:
+            self.engine.stop()
+            return str(exc)
+        self.log(f"Engine ready at {self.config.url} serving {self.config.served_model_name}")
+        assert self.engine.process is not None
+        reason = exit_reason(self.engine.process.wait())
+        self.engine.stop()
+        return reason

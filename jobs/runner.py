@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # Engine failures worth another attempt; a refused request fails the same way again.
 PERMANENT_CODES = {"engine_rejected"}
+# Not the document's failure: the engine is down (restarting) or its circuit is open. The run
+# pauses instead of spending the document's attempts.
+ENGINE_DOWN = "engine_unavailable"
 STATUS_EVERY = 1.0
 
 
@@ -153,6 +156,7 @@ class JobRunner:
         self._inflight: dict[asyncio.Task, claims.Claim] = {}
         self._preempted: set[asyncio.Task] = set()
         self.peak_inflight = 0
+        self._engine_back_at = -float("inf")
 
     async def run(self) -> str:
         """Work until the job has nothing left here; "finished", "continue", "cancelled" or "elsewhere"."""
@@ -174,6 +178,8 @@ class JobRunner:
             if not await self._lock.refresh():
                 return "elsewhere"
             limit = self.shaper.update(await self._probe.read(len(self._inflight)))
+            if loop.time() < self._engine_back_at:
+                limit = 0  # paused until the engine is back
             if self._preempt and self.shaper.chat_busy:
                 self._preempt_above(limit)
             out_of_time = loop.time() >= self._deadline
@@ -191,7 +197,7 @@ class JobRunner:
             if not self._inflight:
                 if out_of_time:
                     return "continue"
-                if limit == 0:  # paused while chat is active
+                if limit == 0:  # paused while chat is active, or the engine is down
                     await asyncio.sleep(self._interval)
                     continue
                 if await database_sync_to_async(selectors.job_status)(job_id=self.job_id) not in Job.ACTIVE:
@@ -247,7 +253,12 @@ class JobRunner:
         except DocumentError as exc:
             await self._fail(claim, str(exc), retryable=False)
         except EngineError as exc:
-            await self._fail(claim, f"{exc.code}: {exc.detail}", retryable=exc.code not in PERMANENT_CODES)
+            if exc.code == ENGINE_DOWN:
+                await self._wait_for_engine(claim, exc)
+            else:
+                await self._fail(
+                    claim, f"{exc.code}: {exc.detail}", retryable=exc.code not in PERMANENT_CODES
+                )
         except Exception as exc:
             log.exception("document %s of job %s failed", claim.document_id, self.job_id)
             await self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
@@ -256,6 +267,22 @@ class JobRunner:
             await database_sync_to_async(claims.document_complete)(
                 document_id=claim.document_id, summary=summary, duration_ms=duration_ms
             )
+
+    async def _wait_for_engine(self, claim: claims.Claim, exc: EngineError) -> None:
+        """The engine is down or restarting: the document goes back without using an attempt,
+        and the run claims nothing until the engine's retry-after has passed. A restart that
+        takes minutes pauses the job for minutes; it loses no document."""
+        retry_after = float(exc.extra.get("retry_after") or 1.0)
+        self._engine_back_at = max(self._engine_back_at, asyncio.get_running_loop().time() + retry_after)
+        log.warning(
+            "document %s of job %s: engine unavailable; pausing %.0f s",
+            claim.document_id,
+            self.job_id,
+            retry_after,
+        )
+        await database_sync_to_async(claims.document_release)(
+            document_id=claim.document_id, worker=self.worker
+        )
 
     async def _fail(self, claim: claims.Claim, error: str, *, retryable: bool) -> None:
         log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)

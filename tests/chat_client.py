@@ -52,3 +52,14 @@ def collect_answer(ws: ClientConnection, timeout: float = 120) -> tuple[dict, li
             tokens.append(frame)
         else:
             return started, tokens, frame
+
+
+def start_long_answer(ws: ClientConnection, user, content: str) -> dict:
+    """Ask for an answer long by construction (long_answer_conversation) and read up to its
+    first token: the answer is running when this returns. Its chat.started frame."""
+    send(ws, {"type": "chat.send", "conversation": long_answer_conversation(user), "content": content})
+    started = receive(ws)
+    assert started["type"] == "chat.started", started
+    first = receive(ws)
+    assert first["type"] == "chat.token", first
+    return started

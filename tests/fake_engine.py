@@ -9,6 +9,7 @@ script, when `fail_with` is set or its last message contains `poison`; with `han
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 
 from inference.client import ChatRequest, Completion, EngineError, EngineLoad, TextDelta
 
@@ -38,7 +39,8 @@ class FakeEngine:
 
     def _failure(self, request: ChatRequest) -> EngineError | None:
         if self.fail_with is not None:
-            return self.fail_with
+            # A new error each time, as the real client raises.
+            return replace(self.fail_with, extra=dict(self.fail_with.extra))
         if self.poison in request.messages[-1]["content"]:
             return EngineError("The engine failed (500): boom")
         return None

@@ -31,7 +31,9 @@ def _test_database(url: str) -> str:
 
 # Read again with the suite's REDIS_URL, so everything made from it (the channel layer,
 # the Celery broker) follows.
-os.environ["REDIS_URL"] = _test_database(product.REDIS_URL)
+# os.environ's, not product.REDIS_URL: chatsite.settings was read above, before the bundled
+# Redis's free port was chosen, and holds `make run`'s fixed default.
+os.environ["REDIS_URL"] = _test_database(os.environ.get("REDIS_URL") or product.REDIS_URL)
 importlib.reload(product)
 
 from chatsite.settings import *  # noqa: E402, F403

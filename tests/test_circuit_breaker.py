@@ -29,10 +29,13 @@ async def test_it_opens_after_consecutive_failures_then_lets_one_probe_through_a
     failing = GuardedEngineClient(
         FakeEngine(fail_with=EngineError("down", code="engine_unavailable")), breaker
     )
-    for _ in range(2):
-        with pytest.raises(EngineError):
-            await drain(failing, REQUEST)
+    with pytest.raises(EngineError) as unreachable:
+        await drain(failing, REQUEST)
+    assert unreachable.value.extra["retry_after"] == 1.0
+    with pytest.raises(EngineError) as unreachable:
+        await drain(failing, REQUEST)
     assert breaker.state == OPEN
+    assert unreachable.value.extra["retry_after"] == 10
 
     healthy = GuardedEngineClient(FakeEngine(["ok"]), breaker)
     with pytest.raises(EngineError) as refused:

@@ -1,4 +1,5 @@
-"""/healthz reports the database, Redis and the engine, and is 200 only when all are up."""
+"""/healthz reports the database, Redis and the engine, and is 200 only when all are up;
+/healthz/live says the process answers, /healthz/ready that it can serve all but new answers."""
 
 import pytest
 
@@ -46,3 +47,21 @@ def test_it_reports_an_open_circuit(client, settings):
         assert client.get("/healthz").json()["engine_circuit"] == "open"
     finally:
         breaker.record_success()
+
+
+def test_it_stays_live_and_ready_with_the_engine_down_and_says_so(client, settings):
+    settings.INFERENCE_URL = "http://127.0.0.1:1"
+    assert client.get("/healthz/live").json() == {"status": "ok"}
+    response = client.get("/healthz/ready")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["database"], body["redis"]) == ("ok", "ok", "ok")
+    assert body["engine"].startswith("error")
+
+
+def test_it_is_not_ready_without_redis_but_still_live(client, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    assert client.get("/healthz/live").status_code == 200
+    response = client.get("/healthz/ready")
+    assert response.status_code == 503
+    assert response.json()["redis"].startswith("error")

@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 
+from inference.client import EngineError
 from jobs import services
 from jobs.ingest import DocumentError
 from jobs.models import Document, Job, Result
@@ -246,3 +247,28 @@ async def test_it_goes_on_when_the_database_drops_its_connection_mid_job():
     assert await run == "finished"
     assert set((await statuses(job)).values()) == {"done"}
     assert await Result.objects.filter(job=job).acount() == 8
+
+
+async def test_it_pauses_while_the_engine_is_down_and_loses_no_document():
+    """An engine restarting after a crash: documents go back unspent and the run waits out the
+    retry-after; it does not burn their attempts and end the job partial."""
+    job = await aqueued_job(documents(6))
+    down = EngineError("The engine is not reachable.", code="engine_unavailable", extra={"retry_after": 0.3})
+    engine = FakeEngine(delay=0, fail_with=down)
+
+    async def back_after_a_while():
+        # Down long enough for every document's attempts to be spent twice over.
+        assert await until(lambda: len(engine.requests) >= 1)
+        await asyncio.sleep(1.5)
+        engine.fail_with = None
+
+    comeback = asyncio.create_task(back_after_a_while())
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=engine) == "finished"
+    await comeback
+    await job.arefresh_from_db()
+    assert job.status == Job.Status.COMPLETED
+    assert set((await statuses(job)).values()) == {"done"}
+    attempts = [d.attempts async for d in Document.objects.filter(job=job)]
+    assert attempts == [1] * 6
+    # Paused, not spinning: a few tries per retry-after while it was down, not hundreds.
+    assert len(engine.requests) < 6 + 6 * 8

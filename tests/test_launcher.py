@@ -1,9 +1,17 @@
 """The inference process launcher: flags from configuration, clear failures."""
 
+import os
+import signal
+import sys
+from threading import Thread
+from urllib.parse import urlsplit
+
+import httpx
 import pytest
 from django.conf import settings
 
-from inference.launcher import EngineConfig, EngineProcess, EngineStartError
+from harness.processes import free_port, wait_for
+from inference.launcher import EngineConfig, EngineProcess, EngineStartError, EngineSupervisor
 
 
 def flag(command: list[str], name: str) -> str:
@@ -59,3 +67,112 @@ def test_it_refuses_a_model_that_is_neither_a_directory_nor_a_hub_id():
     config = replace(EngineConfig.from_settings(settings), model="missing-model")
     with pytest.raises(EngineStartError, match="prepare_model"):
         EngineProcess(config).start()
+
+
+# A stand-in server for the supervisor's own behaviour (the real engine's restart is tested in
+# test_chat_faults_end_to_end.py): it starts a worker in its group, as vLLM starts its engine
+# core, writes the worker's pid, then serves /health until killed, or exits at once with
+# EXIT_AT_ONCE set.
+FAKE_SERVER = """
+import http.server, os, subprocess, sys
+if os.environ.get("EXIT_AT_ONCE"):
+    sys.exit(3)
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["WORKER_PID_FILE"], "a") as pids:
+    pids.write(f"{worker.pid}\\n")
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+class FakeServerConfig(EngineConfig):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", FAKE_SERVER, str(urlsplit(self.url).port)]
+
+
+def fake_server_config(tmp_path, monkeypatch, **env: str) -> FakeServerConfig:
+    monkeypatch.setenv("WORKER_PID_FILE", str(tmp_path / "workers"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    base = EngineConfig.from_settings(settings)
+    return FakeServerConfig(**{**base.__dict__, "url": f"http://127.0.0.1:{free_port()}", "model": ""})
+
+
+def supervised(tmp_path, monkeypatch, first_delay: float, **env: str) -> tuple[EngineSupervisor, list[str]]:
+    """A supervisor of the stand-in server, restarting after `first_delay`: (it, the lines it logs)."""
+    lines: list[str] = []
+    monkeypatch.setattr(EngineSupervisor, "RESTART_DELAY_FIRST", first_delay)
+    config = fake_server_config(tmp_path, monkeypatch, **env)
+    return EngineSupervisor(config, startup_timeout=30, log=lines.append), lines
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too: it only waits for its parent to read its status.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_supervisor_restarts_a_killed_server_and_kills_the_workers_it_left(tmp_path, monkeypatch):
+    supervisor, lines = supervised(tmp_path, monkeypatch, 0.1)
+
+    def kill_the_first_server():
+        wait_for(lambda: any(line.startswith("Engine ready") for line in lines), 30, "the first start")
+        os.kill(supervisor.engine.process.pid, signal.SIGKILL)
+
+    killer = Thread(target=kill_the_first_server)
+    killer.start()
+    supervisor.run(until=lambda: True)
+    killer.join()
+    [reason] = [line for line in lines if line.startswith("The engine stopped")]
+    assert "killed by SIGKILL" in reason
+    [worker] = [int(pid) for pid in (tmp_path / "workers").read_text().split()]
+    wait_for(lambda: not alive(worker), 10, "the killed server's worker to be gone")
+
+
+def test_the_supervisor_starts_the_server_again_with_doubling_delays(tmp_path, monkeypatch):
+    supervisor, lines = supervised(tmp_path, monkeypatch, 0.05, EXIT_AT_ONCE="1")
+    monkeypatch.setattr(EngineSupervisor, "RESTART_DELAY_MAX", 0.2)
+    supervisor.run(until=lambda: supervisor.starts == 5)
+    delays = [line.rsplit(" in ", 1)[1] for line in lines if line.startswith("Starting the engine again")]
+    assert delays == ["0.05s.", "0.1s.", "0.2s.", "0.2s."]
+    stops = [line for line in lines if line.startswith("The engine stopped")]
+    assert len(stops) == 5
+    assert all("exited with status 3 while starting" in line for line in stops)
+
+
+def test_the_supervisor_serves_again_after_a_kill(tmp_path, monkeypatch):
+    supervisor, lines = supervised(tmp_path, monkeypatch, 0.1)
+
+    def kill_then_check():
+        wait_for(lambda: supervisor.starts == 1 and "Engine ready" in " ".join(lines), 30, "the first start")
+        os.kill(supervisor.engine.process.pid, signal.SIGKILL)
+        wait_for(lambda: supervisor.starts == 2 and lines[-1].startswith("Engine ready"), 30, "the restart")
+        assert httpx.get(supervisor.config.url + "/health").status_code == 200
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def stop(signum, frame):
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    checker = Thread(target=kill_then_check)
+    checker.start()
+    try:
+        with pytest.raises(SystemExit):
+            supervisor.run()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        checker.join()
+    # Leaving run() through the signal stopped the server it was serving.
+    assert supervisor.engine.process.poll() is not None
+    workers = [int(pid) for pid in (tmp_path / "workers").read_text().split()]
+    assert len(workers) == 2
+    wait_for(lambda: not any(alive(pid) for pid in workers), 10, "every worker to be gone")

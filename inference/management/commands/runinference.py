@@ -4,33 +4,38 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.launcher import EngineConfig, EngineProcess, EngineStartError
+from inference.launcher import EngineConfig, EngineStartError, EngineSupervisor
+
+
+def _stop(signum, frame):
+    # Unwinds EngineSupervisor.run, which stops the engine on its way out. Stopping it from
+    # here instead would wait on the server while the interrupted code holds its wait lock.
+    raise SystemExit(0)
 
 
 class Command(BaseCommand):
-    help = "Run the inference engine (vLLM's OpenAI-compatible server) until stopped."
+    help = (
+        "Run the inference engine (vLLM's OpenAI-compatible server) until stopped, "
+        "starting it again whenever it dies."
+    )
     requires_system_checks = []
 
     def handle(self, *args, **options):
         config = EngineConfig.from_settings(settings)
-        engine = EngineProcess(config, output=sys.stdout)
-
-        def terminate(signum, frame):
-            engine.stop()
-            sys.exit(0)
-
-        signal.signal(signal.SIGTERM, terminate)
-        signal.signal(signal.SIGINT, terminate)
+        supervisor = EngineSupervisor(
+            config,
+            startup_timeout=settings.INFERENCE_STARTUP_TIMEOUT,
+            log=self._log,
+            output=sys.stdout,
+        )
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
         self.stdout.write(f"Starting the engine: {' '.join(config.command())}")
         try:
-            engine.start()
-            engine.wait_healthy(settings.INFERENCE_STARTUP_TIMEOUT)
+            supervisor.run()
         except EngineStartError as exc:
-            engine.stop()
             raise CommandError(str(exc)) from exc
-        self.stdout.write(
-            self.style.SUCCESS(f"Engine ready at {config.url} serving {config.served_model_name}")
-        )
-        code = engine.process.wait()
-        if code != 0:
-            raise CommandError(f"The engine exited with status {code}")
+
+    def _log(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()

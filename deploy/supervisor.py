@@ -1,0 +1,152 @@
+"""The Procfile's processes under supervisord: what `make run` starts.
+
+Why supervisord: honcho (and foreman) stop every process when one exits, so one killed engine
+took the site down. supervisord restarts each process on its own when it dies, logs why, and
+stops them all on Ctrl-C. The Procfile stays the one list of commands (the Kubernetes manifests
+and docs follow it too); this renders it as a supervisord configuration:
+
+    WEB_PORT=8000 WEB_PROCESSES=1 python -m deploy.supervisor RUN_DIR web inference worker ...
+
+writes RUN_DIR/supervisord.conf (and RUN_DIR/nginx.conf when `nginx` is named). Each command runs
+through `sh -c 'exec …'`, as honcho ran it, so the Procfile's `${VAR:-default}` keeps working and
+the process supervisord signals is the program itself.
+
+With `nginx`, the site is nginx on WEB_PORT in front of WEB_PROCESSES daphne processes on the
+ports above it (web-0 on WEB_PORT+1, ...), each trusting X-Forwarded-For from this host only.
+"""
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# How long each process may take to stop after SIGTERM before it is killed: an engine drains
+# its requests and an answer's web process closes its streams; Celery finishes its task.
+STOP_WAIT = {"inference": 30, "web": 20, "worker": 60, "bulk": 60}
+
+
+def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:
+    """The Procfile's processes: name → command line."""
+    processes = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, command = line.split(":", 1)
+            processes[name.strip()] = command.strip()
+    return processes
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Which processes run: the Procfile's `names`; with `nginx` among them, `web_processes`
+    daphne processes behind it. `web_port` is where the site answers."""
+
+    names: list[str]
+    web_port: int = 8000
+    web_processes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.web_processes < 1:
+            raise SystemExit("WEB_PROCESSES must be 1 or more")
+        if self.web_processes > 1 and "nginx" not in self.names:
+            raise SystemExit("WEB_PROCESSES above 1 needs nginx in front of them: make run TOPOLOGY=cluster")
+
+    @property
+    def behind_nginx(self) -> bool:
+        return "nginx" in self.names
+
+    def web_backends(self) -> list[tuple[str, int]]:
+        """Each web process: (its program name, its port)."""
+        if not self.behind_nginx:
+            return [("web", self.web_port)]
+        return [(f"web-{i}", self.web_port + 1 + i) for i in range(self.web_processes)]
+
+
+def _program(name: str, command: str, stop_wait: int, environment: dict[str, str]) -> list[str]:
+    # %% because supervisord expands %(...)s in every value.
+    lines = [
+        "",
+        f"[program:{name}]",
+        "command=" + shlex.join(["sh", "-c", "exec " + command]).replace("%", "%%"),
+        f"directory={ROOT}",
+        "autorestart=true",
+        # A process that dies within a second of starting counts as a failed start; after
+        # ten in a row (1 s, 2 s, ... apart) supervisord gives up on it and says so.
+        "startsecs=1",
+        "startretries=10",
+        f"stopwaitsecs={stop_wait}",
+        # Celery's and the engine's children go with their parent when it has to be killed.
+        "killasgroup=true",
+        "redirect_stderr=true",
+        "stdout_logfile=/dev/stdout",
+        "stdout_logfile_maxbytes=0",
+    ]
+    if environment:
+        pairs = ",".join(f'{key}="{value}"' for key, value in environment.items())
+        lines.append("environment=" + pairs.replace("%", "%%"))
+    return lines
+
+
+def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = None) -> str:
+    """The supervisord configuration of `topology`, its files under `run_dir`."""
+    commands = commands if commands is not None else procfile()
+    unknown = [name for name in topology.names if name not in commands]
+    if unknown:
+        raise SystemExit(f"not in the Procfile: {', '.join(unknown)}")
+    sections = [
+        "[supervisord]",
+        "nodaemon=true",
+        f"logfile={run_dir / 'supervisord.log'}",
+        f"pidfile={run_dir / 'supervisord.pid'}",
+        f"childlogdir={run_dir}",
+        "",
+        "[unix_http_server]",
+        f"file={run_dir / 'supervisor.sock'}",
+        "",
+        "[rpcinterface:supervisor]",
+        "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        "",
+        "[supervisorctl]",
+        f"serverurl=unix://{run_dir / 'supervisor.sock'}",
+    ]
+    for name in topology.names:
+        if name != "web":
+            sections += _program(name, commands[name], STOP_WAIT.get(name, 10), {})
+            continue
+        for program, port in topology.web_backends():
+            environment = {"WEB_PORT": str(port)}
+            if topology.behind_nginx:
+                # X-Forwarded-For is believed from nginx on this host only (docs/security.md).
+                environment["TRUSTED_PROXIES"] = os.environ.get("TRUSTED_PROXIES") or "127.0.0.1"
+            sections += _program(program, commands["web"], STOP_WAIT["web"], environment)
+    return "\n".join(sections) + "\n"
+
+
+def write(run_dir: Path, topology: Topology) -> None:
+    """RUN_DIR/supervisord.conf, and RUN_DIR/nginx.conf for a topology with nginx."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "supervisord.conf").write_text(render(run_dir, topology))
+    if topology.behind_nginx:
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
+        django.setup()
+        from deploy.nginx import main_config
+
+        backends = [f"127.0.0.1:{port}" for _, port in topology.web_backends()]
+        for folder in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (run_dir / "nginx" / folder).mkdir(parents=True, exist_ok=True)
+        (run_dir / "nginx.conf").write_text(main_config(run_dir, f"127.0.0.1:{topology.web_port}", backends))
+
+
+if __name__ == "__main__":
+    write(
+        Path(sys.argv[1]).resolve(),
+        Topology(
+            names=sys.argv[2:],
+            web_port=int(os.environ.get("WEB_PORT", "8000")),
+            web_processes=int(os.environ.get("WEB_PROCESSES", "1")),
+        ),
+    )

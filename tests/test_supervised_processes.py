@@ -1,0 +1,140 @@
+"""`make run`'s processes under supervisord (deploy/supervisor.py): each one killed, as an
+out-of-memory kill ends it, comes back on its own while the others keep running."""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from supervisor.options import ServerOptions
+
+from deploy.supervisor import Topology, procfile, render
+from harness.processes import free_port, wait_for
+from tests.conftest import LOGS, ROOT, product_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BIN = Path(sys.executable).parent
+# The engine is left out: runinference restarts its own server (test_chat_faults_end_to_end.py),
+# and a second engine here would only cost a minute of start-up.
+PROCESSES = ["redis", "web", "worker", "bulk"]
+
+
+class Supervisor:
+    def __init__(self, run_dir: Path) -> None:
+        self.conf = run_dir / "supervisord.conf"
+
+    def ctl(self, *args: str) -> str:
+        result = subprocess.run(
+            [BIN / "supervisorctl", "-c", self.conf, *args], capture_output=True, text=True, timeout=30
+        )
+        return result.stdout.strip()
+
+    def pid(self, name: str) -> int:
+        return int(self.ctl("pid", name) or 0)
+
+    def pids(self) -> dict[str, int]:
+        return {name: self.pid(name) for name in PROCESSES}
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def commands_run(tmp_path: Path, topology: Topology) -> dict[str, list[str]]:
+    """Read back by supervisord's own parser: each program and the command it runs."""
+    (tmp_path / "supervisord.conf").write_text(render(tmp_path, topology))
+    options = ServerOptions()
+    options.realize(args=["-c", str(tmp_path / "supervisord.conf")])
+    return {
+        config.name: (shlex.split(config.command), config.environment)
+        for group in options.process_group_configs
+        for config in group.process_configs
+    }
+
+
+def test_the_rendered_configuration_runs_every_procfile_command_as_written(tmp_path):
+    names = [name for name in procfile() if name != "nginx"]
+    assert commands_run(tmp_path, Topology(names)) == {
+        name: (["sh", "-c", "exec " + line], {"WEB_PORT": "8000"} if name == "web" else {})
+        for name, line in procfile().items()
+        if name != "nginx"
+    }
+    with pytest.raises(SystemExit, match="not in the Procfile: proxy"):
+        render(tmp_path, Topology(["web", "proxy"]))
+    with pytest.raises(SystemExit, match="TOPOLOGY=cluster"):
+        Topology(["web"], web_processes=2)
+
+
+def test_behind_nginx_each_web_process_has_a_port_of_its_own_and_trusts_only_this_host(tmp_path):
+    programs = commands_run(tmp_path, Topology(["web", "nginx"], web_port=9000, web_processes=3))
+    web = ["sh", "-c", "exec " + procfile()["web"]]
+    assert programs == {
+        "web-0": (web, {"WEB_PORT": "9001", "TRUSTED_PROXIES": "127.0.0.1"}),
+        "web-1": (web, {"WEB_PORT": "9002", "TRUSTED_PROXIES": "127.0.0.1"}),
+        "web-2": (web, {"WEB_PORT": "9003", "TRUSTED_PROXIES": "127.0.0.1"}),
+        "nginx": (["sh", "-c", "exec " + procfile()["nginx"]], {}),
+    }
+
+
+def kill_and_see_it_return(supervisor: Supervisor, name: str, base: str, log: Path) -> dict[str, int]:
+    """SIGKILL one process; it is restarted, the others keep their pids, and the site works again."""
+    before = supervisor.pids()
+    assert all(before.values()), before
+    ready_lines = log.read_text().count(" ready.")
+    os.kill(before[name], signal.SIGKILL)
+    wait_for(lambda: supervisor.pid(name) not in {0, before[name]}, 60, f"{name} restarted")
+    after = supervisor.pids()
+    others_before = {n: pid for n, pid in before.items() if n != name}
+    assert {n: pid for n, pid in after.items() if n != name} == others_before, f"{name} took another with it"
+    # Back at work: the site answers, with Redis again, and a worker takes tasks again.
+    wait_for(lambda: answers(base + "/healthz/ready"), 60, f"the site after {name} came back")
+    if name in {"worker", "bulk"}:
+        wait_for(lambda: log.read_text().count(" ready.") > ready_lines, 120, f"{name} ready again")
+    return after
+
+
+def test_each_process_comes_back_alone_when_killed(django_db_setup, engine_url, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "supervisord.conf").write_text(render(run_dir, Topology(PROCESSES)))
+    web_port = free_port()
+    env = product_env(
+        engine_url,
+        REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+        WEB_PORT=str(web_port),
+        PATH=f"{BIN}:{os.environ['PATH']}",
+    )
+    base = f"http://127.0.0.1:{web_port}"
+    log = LOGS / "test-supervisord.log"
+    supervisor = Supervisor(run_dir)
+    with open(log, "w") as output:
+        process = subprocess.Popen(
+            [BIN / "supervisord", "-c", supervisor.conf], cwd=ROOT, env=env, stdout=output, stderr=output
+        )
+    try:
+        wait_for(
+            lambda: answers(base + "/healthz/ready") and log.read_text().count(" ready.") >= 2,
+            120,
+            "make run's processes",
+        )
+        for name in PROCESSES:
+            after = kill_and_see_it_return(supervisor, name, base, log)
+        text = log.read_text()
+        for name in PROCESSES:
+            assert f"exited: {name} (terminated by SIGKILL; not expected)" in text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(120)
+    # Stopping supervisord stopped everything it ran.
+    assert process.returncode == 0
+    for pid in after.values():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
