@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +35,7 @@ from tests.chat_client import (
     start_long_answer,
 )
 from tests.conftest import LOGS, free_port, product_env, running_daphne, wait_redis
+from tests.polling import HealthPoller
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,33 +63,6 @@ def engine_up(url: str) -> bool:
         return httpx.get(url + "/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-class HealthPoller:
-    """Asks a web process's /healthz every 200 ms in a thread: every answer, and every failure to answer."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.statuses: list[dict] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self._stop.wait(0.2):
-                try:
-                    self.statuses.append(client.get(self.base + "/healthz").json())
-                except (httpx.HTTPError, ValueError) as exc:
-                    self.failures.append(repr(exc))
-
-    def __enter__(self) -> "HealthPoller":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def test_the_engine_comes_back_by_itself_after_an_out_of_memory_kill_while_the_web_tier_serves(
