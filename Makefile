@@ -8,7 +8,8 @@ WEB_PORT ?= 8000
 ENGINE ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 # Without REDIS_URL the bundled Redis runs as one of the processes.
-PROCESSES := web inference worker $(if $(REDIS_URL),,redis)
+# beat (Celery's scheduler: the stale-answer sweeper) runs exactly once per site.
+PROCESSES := web inference worker beat $(if $(REDIS_URL),,redis)
 # Bulk summarization jobs run on their own worker (jobs/, docs/jobs.md).
 PROCESSES += bulk
 # TOPOLOGY=cluster: nginx on WEB_PORT in front of WEB_PROCESSES web processes (docs/deploy.md).

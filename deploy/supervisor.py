@@ -58,9 +58,7 @@ class Topology:
         return "nginx" in self.names
 
     def web_backends(self) -> list[tuple[str, int]]:
-        """Each web process: (its program name, its port)."""
-        if not self.behind_nginx:
-            return [("web", self.web_port)]
+        """Each web process behind nginx: (its program name, its port)."""
         return [(f"web-{i}", self.web_port + 1 + i) for i in range(self.web_processes)]
 
 
@@ -115,11 +113,14 @@ def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = 
         if name != "web":
             sections += _program(name, commands[name], STOP_WAIT.get(name, 10), {})
             continue
+        if not topology.behind_nginx:
+            # One web process on WEB_PORT, from the environment as the Procfile reads it.
+            sections += _program("web", commands["web"], STOP_WAIT["web"], {})
+            continue
         for program, port in topology.web_backends():
-            environment = {"WEB_PORT": str(port)}
-            if topology.behind_nginx:
-                # X-Forwarded-For is believed from nginx on this host only (docs/security.md).
-                environment["TRUSTED_PROXIES"] = os.environ.get("TRUSTED_PROXIES") or "127.0.0.1"
+            # X-Forwarded-For is believed from nginx on this host only (docs/security.md).
+            trusted = os.environ.get("TRUSTED_PROXIES") or "127.0.0.1"
+            environment = {"WEB_PORT": str(port), "TRUSTED_PROXIES": trusted}
             sections += _program(program, commands["web"], STOP_WAIT["web"], environment)
     return "\n".join(sections) + "\n"
 

@@ -1,0 +1,388 @@
+"""deploy/k8s, rendered by `kubectl kustomize`, runs what the code says: each container runs its
+Procfile line, sets only variables the product reads, and starts in production mode once the
+Secret is filled in; the probes reach the health views on the ports the processes listen on;
+the ingress outlasts the longest answer and takes the largest upload; exactly one beat runs;
+the router finds the engine pods and is what INFERENCE_URL names.
+
+These tests read the rendered manifests and check them against the code. No cluster or container
+engine ran here: neither the manifests nor deploy/Dockerfile have been applied or built.
+"""
+
+import base64
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from django.urls import resolve
+
+from deploy.supervisor import procfile
+from frontend import health
+from harness.processes import ROOT
+from tests.test_configuration_docs import read_by_the_product
+
+KUSTOMIZATION = ROOT / "deploy" / "k8s"
+# Each product workload's app.kubernetes.io/component label, and the Procfile process it runs.
+PROCESSES = {"web": "web", "worker": "worker", "beat": "beat", "bulk": "bulk", "engine": "inference"}
+# Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy.
+NOT_DEPLOYED = {"redis", "nginx"}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
+INGRESS = "nginx.ingress.kubernetes.io/"
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict]:
+    # The machine's kubectl, else the one .ci/run installs into the venv where the machine has none.
+    kubectl = shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    if kubectl is None:
+        if os.environ.get("CI"):
+            pytest.fail("kubectl is needed to render deploy/k8s (`kubectl kustomize`)", pytrace=False)
+        pytest.skip("kubectl is not installed, so deploy/k8s cannot be rendered")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(KUSTOMIZATION)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return [document for document in yaml.safe_load_all(result.stdout) if document]
+
+
+def one(objects: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def config(objects: list[dict]) -> dict[str, str]:
+    return one(objects, "ConfigMap", "chat-config")["data"]
+
+
+def secret(objects: list[dict]) -> dict[str, str]:
+    found = one(objects, "Secret", "chat-secrets")
+    decoded = {k: base64.b64decode(v).decode() for k, v in found.get("data", {}).items()}
+    return {**decoded, **found.get("stringData", {})}
+
+
+def workloads(objects: list[dict]) -> dict[str, dict]:
+    """Each workload by its component label."""
+    found = {}
+    for o in objects:
+        if o["kind"] in WORKLOAD_KINDS:
+            component = o["metadata"]["labels"]["app.kubernetes.io/component"]
+            assert component not in found, f"two workloads are the {component}"
+            found[component] = o
+    return found
+
+
+def pod_labels(workload: dict) -> dict[str, str]:
+    return workload["spec"]["template"]["metadata"]["labels"]
+
+
+def pod_spec(workload: dict) -> dict:
+    return workload["spec"]["template"]["spec"]
+
+
+def main_container(workload: dict) -> dict:
+    containers = pod_spec(workload)["containers"]
+    assert len(containers) == 1, "one process per pod"
+    return containers[0]
+
+
+def product_containers(objects: list[dict]) -> list[dict]:
+    """Every container that runs the product's image: all but the router's."""
+    return [
+        container
+        for component, workload in workloads(objects).items()
+        if component != "router"
+        for container in pod_spec(workload).get("initContainers", []) + pod_spec(workload)["containers"]
+    ]
+
+
+def port_number(container: dict, port: int | str) -> int:
+    """A probe's or Service's port, by number or by the container port's name."""
+    if isinstance(port, int):
+        return port
+    return next(p["containerPort"] for p in container["ports"] if p.get("name") == port)
+
+
+def allowed_hosts(objects: list[dict]) -> list[str]:
+    # As chatsite.env.env_list reads it.
+    return [host.strip() for host in config(objects)["ALLOWED_HOSTS"].split(",") if host.strip()]
+
+
+def setting(objects: list[dict], name: str) -> float:
+    """The deployment's value: the ConfigMap's, else the product's default."""
+    return float(config(objects).get(name, getattr(settings, name)))
+
+
+def flag_values(args: list[str], flag: str) -> list[str]:
+    """The values after `flag` up to the next flag."""
+    start = args.index(flag) + 1
+    values = []
+    for arg in args[start:]:
+        if arg.startswith("--"):
+            break
+        values.append(arg)
+    return values
+
+
+def test_each_process_runs_its_procfile_line_through_exec(objects):
+    lines = procfile()
+    # A process added to the Procfile fails here until it has a workload.
+    assert set(lines) - NOT_DEPLOYED == set(PROCESSES.values())
+    commands = {
+        component: main_container(workload)["command"]
+        for component, workload in workloads(objects).items()
+        if component in PROCESSES
+    }
+    # As supervisord runs them (deploy/supervisor.py): the shell expands ${VAR:-default}, and
+    # exec leaves the program itself to receive the kubelet's SIGTERM.
+    assert commands == {
+        component: ["sh", "-c", "exec " + lines[process]] for component, process in PROCESSES.items()
+    }
+
+
+def test_only_one_workload_runs_celery_beat(objects):
+    running_beat = [
+        component
+        for component, workload in workloads(objects).items()
+        for container in pod_spec(workload)["containers"]
+        if re.search(r"celery .*\bbeat\b|--beat\b", " ".join(container.get("command", [])))
+    ]
+    assert running_beat == ["beat"]
+    beat = workloads(objects)["beat"]
+    assert beat["kind"] == "Deployment"
+    assert beat["spec"]["replicas"] == 1
+    # The default RollingUpdate starts the new scheduler before it stops the old one.
+    assert beat["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_every_product_container_runs_one_image_with_the_config_and_the_secret(objects):
+    containers = product_containers(objects)
+    assert len({container["image"] for container in containers}) == 1
+    for container in containers:
+        sources = {
+            (kind, source[kind]["name"])
+            for source in container.get("envFrom", [])
+            for kind in ("configMapRef", "secretRef")
+            if kind in source
+        }
+        assert sources == {("configMapRef", "chat-config"), ("secretRef", "chat-secrets")}, container["name"]
+
+
+def test_it_sets_only_variables_the_product_reads(objects):
+    names = set(config(objects)) | set(secret(objects))
+    names |= {variable["name"] for c in product_containers(objects) for variable in c.get("env", [])}
+    assert names - read_by_the_product() == set()
+
+
+def test_the_secret_holds_placeholders_only(objects):
+    values = secret(objects)
+    assert {"SECRET_KEY", "DATABASE_URL", "REDIS_URL"} <= set(values)
+    # Real secrets come from an overlay or a secret manager, never from this file in git; an
+    # empty password is one bootstrap_users chooses at random.
+    assert [name for name, value in values.items() if value and "REPLACE_ME" not in value] == []
+
+
+PRODUCTION_CHECK = """
+import json
+import django
+from django.conf import settings
+from django.core.management import call_command
+
+django.setup()
+call_command("check", deploy=True, fail_level="WARNING")
+print(json.dumps({
+    "DEBUG": settings.DEBUG,
+    "ALLOWED_HOSTS": settings.ALLOWED_HOSTS,
+    "SECURE_PROXY_SSL_HEADER": getattr(settings, "SECURE_PROXY_SSL_HEADER", None),
+    "TRUSTED_PROXIES": settings.TRUSTED_PROXIES,
+}))
+"""
+
+
+def run_product(objects: list[dict], **overrides: str) -> subprocess.CompletedProcess:
+    """The product's settings and `check --deploy` under the ConfigMap and the Secret alone."""
+    env = {
+        **config(objects),
+        **secret(objects),
+        "PATH": os.environ["PATH"],
+        "DJANGO_SETTINGS_MODULE": "chatsite.settings",
+        **overrides,
+    }
+    command = [sys.executable, "-c", PRODUCTION_CHECK]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_it_refuses_to_start_until_the_secret_key_is_replaced(objects):
+    result = run_product(objects)
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set" in result.stderr
+
+
+def test_it_runs_in_production_mode_once_the_secret_is_filled_in(objects):
+    result = run_product(objects, SECRET_KEY=secrets.token_urlsafe(50))
+    assert result.returncode == 0, result.stderr
+    values = json.loads(result.stdout.splitlines()[-1])
+    assert values["DEBUG"] is False
+    assert values["ALLOWED_HOSTS"] and "*" not in values["ALLOWED_HOSTS"]
+    # TLS ends at the ingress: without these Django sees plain HTTP and every client as the proxy.
+    assert values["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
+    assert values["TRUSTED_PROXIES"]
+
+
+def test_the_web_probes_reach_the_health_views_on_the_web_port(objects):
+    values = config(objects)
+    # The Procfile's default, 127.0.0.1, would not answer the kubelet or the Service.
+    assert values["WEB_BIND"] in {"0.0.0.0", "::"}
+    web = main_container(workloads(objects)["web"])
+    port = int(values["WEB_PORT"])
+    assert [p["containerPort"] for p in web["ports"]] == [port]
+    for probe, view in (("livenessProbe", health.live), ("readinessProbe", health.ready)):
+        request = web[probe]["httpGet"]
+        assert resolve(request["path"]).func is view
+        assert port_number(web, request["port"]) == port
+        # Without a Host header the kubelet sends the pod's address, and ALLOWED_HOSTS answers 400.
+        headers = {header["name"].lower(): header["value"] for header in request.get("httpHeaders", [])}
+        assert "host" in headers, f"{probe} sends no Host header"
+        assert validate_host(split_domain_port(headers["host"])[0], allowed_hosts(objects))
+    service = one(objects, "Service", "chat-web")
+    assert service["spec"]["selector"].items() <= pod_labels(workloads(objects)["web"]).items()
+    assert [port_number(web, p["targetPort"]) for p in service["spec"]["ports"]] == [port]
+
+
+def nginx_size(text: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([kKmMgG]?)", text).groups()
+    return int(number) * 1024 ** " kmg".index(unit.lower() or " ")
+
+
+def test_the_ingress_outlasts_the_longest_answer_and_takes_the_largest_upload(objects):
+    ingress = one(objects, "Ingress")
+    annotations = ingress["metadata"]["annotations"]
+    longest_answer = setting(objects, "CHAT_TOTAL_TIMEOUT")
+    assert float(annotations[INGRESS + "proxy-read-timeout"]) > longest_answer
+    assert float(annotations[INGRESS + "proxy-send-timeout"]) > longest_answer
+    # Server-Sent Events pass event by event.
+    assert annotations[INGRESS + "proxy-buffering"] == "off"
+    assert nginx_size(annotations[INGRESS + "proxy-body-size"]) >= setting(objects, "BULK_MAX_UPLOAD_BYTES")
+    for rule in ingress["spec"]["rules"]:
+        assert validate_host(rule["host"], allowed_hosts(objects)), rule["host"]
+        for path in rule["http"]["paths"]:
+            backend = path["backend"]["service"]
+            assert backend["name"] == "chat-web"
+            service_ports = one(objects, "Service", "chat-web")["spec"]["ports"]
+            known = {p.get("name") for p in service_ports} | {p["port"] for p in service_ports}
+            assert (backend["port"].get("name") or backend["port"].get("number")) in known - {None}
+
+
+def engine_port(objects: list[dict]) -> int:
+    engine = main_container(workloads(objects)["engine"])
+    own = {variable["name"]: variable.get("value") for variable in engine.get("env", [])}
+    address = urlsplit(own["INFERENCE_URL"])
+    # runinference binds vLLM to INFERENCE_URL's host and port (inference/launcher.py).
+    assert address.hostname == "0.0.0.0"
+    return address.port
+
+
+def test_the_engine_serves_and_reports_ready_on_its_own_address(objects):
+    workload = workloads(objects)["engine"]
+    engine = main_container(workload)
+    port = engine_port(objects)
+    assert [p["containerPort"] for p in engine["ports"]] == [port]
+    for probe in ("readinessProbe", "startupProbe"):
+        request = engine[probe]["httpGet"]
+        assert (request["path"], port_number(engine, request["port"])) == ("/health", port), probe
+    # Model load, up to runinference's own wait for the engine's health check.
+    startup = engine["startupProbe"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert budget >= setting(objects, "INFERENCE_STARTUP_TIMEOUT")
+    assert int(engine["resources"]["limits"]["nvidia.com/gpu"]) == 1
+
+
+def test_the_model_volume_holds_inference_model_where_prepare_model_writes_it(objects):
+    workload = workloads(objects)["engine"]
+    claims = {claim["metadata"]["name"] for claim in workload["spec"].get("volumeClaimTemplates", [])}
+    claims |= {v["name"] for v in pod_spec(workload).get("volumes", []) if "persistentVolumeClaim" in v}
+    model = PurePosixPath(config(objects)["INFERENCE_MODEL"])
+    prepare = next(c for c in pod_spec(workload)["initContainers"] if c["name"] == "prepare-model")
+    assert prepare["command"] == ["sh", "-c", "exec python manage.py prepare_model"]
+    for container in (prepare, main_container(workload)):
+        mounts = [m for m in container["volumeMounts"] if m["name"] in claims]
+        # A parent, not the model directory itself: prepare_model replaces that by a rename.
+        assert [m for m in mounts if PurePosixPath(m["mountPath"]) in model.parents], container["name"]
+
+
+def test_the_router_discovers_the_engine_pods_and_no_others(objects):
+    router = main_container(workloads(objects)["router"])
+    args = router.get("command", []) + router.get("args", [])
+    assert "--service-discovery" in args
+    selector = dict(pair.split("=", 1) for pair in flag_values(args, "--selector"))
+    assert selector
+    matched = [c for c, w in workloads(objects).items() if selector.items() <= pod_labels(w).items()]
+    assert matched == ["engine"]
+    assert flag_values(args, "--service-discovery-port") == [str(engine_port(objects))]
+    # Its own namespace, through the downward API, whatever namespace the overlay picks.
+    assert flag_values(args, "--service-discovery-namespace") == ["$(POD_NAMESPACE)"]
+    namespace = next(variable for variable in router["env"] if variable["name"] == "POD_NAMESPACE")
+    assert namespace["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_inference_url_names_the_router_service(objects):
+    address = urlsplit(config(objects)["INFERENCE_URL"])
+    service = one(objects, "Service", address.hostname.split(".")[0])
+    workload = workloads(objects)["router"]
+    assert service["spec"]["selector"].items() <= pod_labels(workload).items()
+    router = main_container(workload)
+    target = next(p["targetPort"] for p in service["spec"]["ports"] if p["port"] == address.port)
+    args = router.get("command", []) + router.get("args", [])
+    assert flag_values(args, "--port") == [str(port_number(router, target))]
+
+
+def allows(rules: list[dict], verb: str) -> bool:
+    return any(
+        set(rule.get("apiGroups", [])) & {"", "*"}
+        and set(rule.get("resources", [])) & {"pods", "*"}
+        and set(rule.get("verbs", [])) & {verb, "*"}
+        for rule in rules
+    )
+
+
+def test_the_router_may_watch_the_pods_it_discovers(objects):
+    account = pod_spec(workloads(objects)["router"])["serviceAccountName"]
+    namespace = one(objects, "ServiceAccount", account)["metadata"].get("namespace")
+    roles = [
+        one(objects, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        for binding in objects
+        if binding["kind"] == "RoleBinding"
+        for subject in binding.get("subjects", [])
+        if subject["kind"] == "ServiceAccount"
+        and subject["name"] == account
+        and subject.get("namespace", binding["metadata"].get("namespace")) == namespace
+    ]
+    rules = [rule for role in roles for rule in role.get("rules", [])]
+    assert all(allows(rules, verb) for verb in ("get", "list", "watch"))
+
+
+def test_a_job_migrates_the_database_before_creating_the_accounts(objects):
+    job = workloads(objects)["migrate"]
+    assert job["kind"] == "Job"
+    script = main_container(job)["command"]
+    assert script[:2] == ["sh", "-c"]
+    assert script[2].startswith("python manage.py migrate --noinput && ")
+
+
+def test_the_image_and_the_manifests_agree(objects):
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    # collectstatic fills DATA_DIR/static at build time: the pods must read the same DATA_DIR.
+    assert re.search(r"\bDATA_DIR=(\S+)", dockerfile).group(1) == config(objects)["DATA_DIR"]
+    # runAsNonRoot accepts only a numeric user; the engine's volume is writable by its group.
+    user = re.search(r"^USER (\S+)$", dockerfile, re.MULTILINE).group(1)
+    assert user.isdigit()
+    assert pod_spec(workloads(objects)["engine"])["securityContext"]["fsGroup"] == int(user)
