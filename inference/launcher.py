@@ -41,6 +41,7 @@ class EngineConfig:
     enforce_eager: bool
     prefix_caching: bool
     extra_args: str = ""
+    tensor_parallel_size: int = 1
 
     @classmethod
     def from_settings(cls, settings) -> "EngineConfig":
@@ -57,6 +58,7 @@ class EngineConfig:
             enforce_eager=settings.INFERENCE_ENFORCE_EAGER,
             prefix_caching=settings.INFERENCE_PREFIX_CACHING,
             extra_args=settings.INFERENCE_EXTRA_ARGS,
+            tensor_parallel_size=settings.INFERENCE_TENSOR_PARALLEL_SIZE,
         )
 
     def command(self) -> list[str]:
@@ -81,6 +83,8 @@ class EngineConfig:
         ]  # fmt: skip
         if self.enforce_eager:
             args.append("--enforce-eager")
+        if self.tensor_parallel_size > 1:
+            args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
         return args + shlex.split(self.extra_args)
 
     def environment(self) -> dict[str, str]:

@@ -31,8 +31,34 @@ def test_it_takes_every_batch_and_memory_limit_from_configuration(monkeypatch):
     assert "--enable-prefix-caching" in command
     assert "--enable-prompt-tokens-details" in command
     assert ("--enforce-eager" in command) == settings.INFERENCE_ENFORCE_EAGER
+    assert "--tensor-parallel-size" not in command  # one device unless configured
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     assert config.environment()["VLLM_CPU_KVCACHE_SPACE"] == str(settings.INFERENCE_KV_CACHE_SPACE_GB)
+
+
+def test_it_spreads_the_model_over_the_configured_gpus():
+    from dataclasses import replace
+
+    command = replace(EngineConfig.from_settings(settings), tensor_parallel_size=4).command()
+    assert flag(command, "--tensor-parallel-size") == "4"
+
+
+def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypatch):
+    import importlib
+    import shutil
+
+    from chatsite import settings as product
+
+    monkeypatch.delenv("INFERENCE_ENFORCE_EAGER", raising=False)
+    try:
+        driver = {"nvidia-smi": "/usr/bin/nvidia-smi"}
+        monkeypatch.setattr(shutil, "which", driver.get)
+        assert importlib.reload(product).INFERENCE_ENFORCE_EAGER is False
+        monkeypatch.setattr(shutil, "which", {}.get)
+        assert importlib.reload(product).INFERENCE_ENFORCE_EAGER is True
+    finally:
+        monkeypatch.undo()
+        importlib.reload(product)
 
 
 def test_it_passes_extra_flags_and_can_turn_prefix_caching_off():
