@@ -79,6 +79,8 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=0
     )
 }
+# PostgreSQL connections each web process keeps in its pool (chatsite/asgi.py); 0: no pool.
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 8, minimum=0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a separately started server process sees the test data.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}

@@ -31,8 +31,11 @@ def fast(settings):
     settings.BULK_MAX_ATTEMPTS = 2
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 async def chat_key():
+    """No chat running, whatever earlier tests left: a lease of an answer another test's web
+    process was still running (it expires after CHAT_LEASE_SECONDS) made the runner yield to
+    chat and run one document at a time. Tests that want chat activity set it here."""
     r = aioredis.Redis.from_url(settings.REDIS_URL)
     await r.delete(CHAT_ACTIVE)
     yield r
