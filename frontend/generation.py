@@ -135,6 +135,7 @@ class Generation:
             priority=settings.CHAT_PRIORITY,
             cache_salt=cache_salt_for(self._user_id),
             request_id=f"chat-{self.message_id}",
+            affinity=f"conversation-{self.turn.conversation_id}",
         )
 
     async def _stream(self, r: aioredis.Redis, request: ChatRequest) -> None:

@@ -29,6 +29,10 @@ class ChatRequest:
     # Isolates the engine's prefix cache; requests with different salts share nothing.
     cache_salt: str | None = None
     request_id: str | None = None
+    # Requests with the same affinity belong together (one conversation's turns): sent as
+    # X-Session-ID, the key vllm-router's consistent_hash policy routes on, so a conversation
+    # stays on the replica whose prefix cache holds it. A single engine ignores it.
+    affinity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,11 @@ class OpenAIEngineClient:
         if request.min_tokens:
             # vLLM refuses a floor above the ceiling.
             extra_body["min_tokens"] = min(request.min_tokens, request.max_tokens)
-        extra_headers = {"X-Request-Id": request.request_id} if request.request_id else None
+        extra_headers = {}
+        if request.request_id:
+            extra_headers["X-Request-Id"] = request.request_id
+        if request.affinity:
+            extra_headers["X-Session-ID"] = request.affinity
         finish_reason = "stop"
         usage = None
         try:
@@ -154,7 +162,7 @@ class OpenAIEngineClient:
                 stream=True,
                 stream_options={"include_usage": True},
                 extra_body=extra_body,
-                extra_headers=extra_headers,
+                extra_headers=extra_headers or None,
             )
             async with stream:
                 async for chunk in stream:

@@ -44,6 +44,8 @@ async def test_it_regenerates_and_edits_as_new_versions_sharing_the_history(alic
     regenerated = await Message.objects.aget(pk=again[0]["message"])
     assert regenerated.parent_id == second[0]["user_message"]
     assert [m["content"] for m in engine.requests[-1].messages[1:]] == ["One", "Answer", "Two"]
+    # Every turn of one conversation asks for the same engine replica.
+    assert {r.affinity for r in engine.requests} == {f"conversation-{conversation}"}
 
     edited = await answer(
         communicator, {"type": "chat.edit", "message": second[0]["user_message"], "content": "Zwei"}
