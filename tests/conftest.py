@@ -156,6 +156,11 @@ def product_env(engine_url: str, **overrides: str) -> dict[str, str]:
         "INFERENCE_URL": engine_url,
         "REDIS_URL": settings.REDIS_URL,
         "DATA_DIR": str(settings.DATA_DIR),
+        # The suite runs beside another suite on 2 cores, whose engine may be loading a model:
+        # this suite's engine was seen sending nothing for 15 s (the product's default), and an
+        # answer the test needed complete ended `timeout`. Tests of the timeouts set their own.
+        "CHAT_TOKEN_TIMEOUT": "60",
+        "CHAT_FIRST_TOKEN_TIMEOUT": "120",
         **overrides,
     }
 
