@@ -4,7 +4,7 @@ the static folder, the upload limit and the stream timeout.
     python -m deploy.nginx LISTEN BACKEND... > /etc/nginx/conf.d/chat.conf
     (LISTEN: a port or address:port; BACKEND: host:port of each web process)
 
-`main_config` wraps it in a complete nginx.conf for `make run TOPOLOGY=cluster`, which runs
+`write_main_config` wraps it in a complete nginx.conf for `make run TOPOLOGY=cluster`, which runs
 nginx under supervisord with its files in RUN_DIR.
 """
 
@@ -38,10 +38,24 @@ def site(listen: str, backends: list[str]) -> str:
     return text
 
 
-def main_config(run_dir: Path, listen: str, backends: list[str]) -> str:
-    """A whole nginx.conf running the site in the foreground, every file it writes under `run_dir`."""
+# nginx's temporary folders, each kept under RUN_DIR/nginx.
+TEMP_PATHS = {
+    "body": "client_body_temp_path",
+    "proxy": "proxy_temp_path",
+    "fastcgi": "fastcgi_temp_path",
+    "uwsgi": "uwsgi_temp_path",
+    "scgi": "scgi_temp_path",
+}
+
+
+def write_main_config(run_dir: Path, listen: str, backends: list[str]) -> None:
+    """RUN_DIR/nginx.conf: a whole nginx.conf running the site in the foreground, every file it
+    writes under `run_dir` (its temporary folders made here)."""
     temp = run_dir / "nginx"
-    return f"""# Rendered by deploy/nginx.py for `make run TOPOLOGY=cluster`.
+    for folder in TEMP_PATHS:
+        (temp / folder).mkdir(parents=True, exist_ok=True)
+    temp_paths = "".join(f"    {directive} {temp / folder};\n" for folder, directive in TEMP_PATHS.items())
+    (run_dir / "nginx.conf").write_text(f"""# Rendered by deploy/nginx.py for `make run TOPOLOGY=cluster`.
 # Only meaningful when nginx starts as root; then its workers run as this user.
 user {getpass.getuser()};
 worker_processes 1;
@@ -54,14 +68,9 @@ http {{
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
     access_log off;
-    client_body_temp_path {temp / "body"};
-    proxy_temp_path {temp / "proxy"};
-    fastcgi_temp_path {temp / "fastcgi"};
-    uwsgi_temp_path {temp / "uwsgi"};
-    scgi_temp_path {temp / "scgi"};
-    sendfile on;
+{temp_paths}    sendfile on;
 {site(listen, backends)}}}
-"""
+""")
 
 
 if __name__ == "__main__":

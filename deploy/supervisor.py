@@ -134,12 +134,10 @@ def write(run_dir: Path, topology: Topology) -> None:
 
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
         django.setup()
-        from deploy.nginx import main_config
+        from deploy.nginx import write_main_config
 
         backends = [f"127.0.0.1:{port}" for _, port in topology.web_backends()]
-        for folder in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-            (run_dir / "nginx" / folder).mkdir(parents=True, exist_ok=True)
-        (run_dir / "nginx.conf").write_text(main_config(run_dir, f"127.0.0.1:{topology.web_port}", backends))
+        write_main_config(run_dir, f"127.0.0.1:{topology.web_port}", backends)
 
 
 if __name__ == "__main__":

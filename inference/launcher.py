@@ -253,11 +253,10 @@ class EngineSupervisor:
         self.starts += 1
         try:
             self.engine.wait_healthy(self.startup_timeout)
+            self.log(f"Engine ready at {self.config.url} serving {self.config.served_model_name}")
+            assert self.engine.process is not None
+            return exit_reason(self.engine.process.wait())
         except EngineStartError as exc:
-            self.engine.stop()
             return str(exc)
-        self.log(f"Engine ready at {self.config.url} serving {self.config.served_model_name}")
-        assert self.engine.process is not None
-        reason = exit_reason(self.engine.process.wait())
-        self.engine.stop()
-        return reason
+        finally:
+            self.engine.stop()

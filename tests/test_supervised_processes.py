@@ -4,12 +4,9 @@ out-of-memory kill ends it, comes back on its own while the others keep running.
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 from supervisor.options import ServerOptions
@@ -17,37 +14,17 @@ from supervisor.options import ServerOptions
 from deploy.supervisor import Topology, procfile, render
 from harness.processes import free_port, wait_for
 from tests.conftest import LOGS, ROOT, product_env
+from tests.supervision import Supervisord, answers, supervisord_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BIN = Path(sys.executable).parent
 # The engine is left out: runinference restarts its own server (test_chat_faults_end_to_end.py),
 # and a second engine here would only cost a minute of start-up.
 PROCESSES = ["redis", "web", "worker", "beat", "bulk"]
 
 
-class Supervisor:
-    def __init__(self, run_dir: Path) -> None:
-        self.conf = run_dir / "supervisord.conf"
-
-    def ctl(self, *args: str) -> str:
-        result = subprocess.run(
-            [BIN / "supervisorctl", "-c", self.conf, *args], capture_output=True, text=True, timeout=30
-        )
-        return result.stdout.strip()
-
-    def pid(self, name: str) -> int:
-        return int(self.ctl("pid", name) or 0)
-
-    def pids(self) -> dict[str, int]:
-        return {name: self.pid(name) for name in PROCESSES}
-
-
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
+def pids(supervisor: Supervisord) -> dict[str, int]:
+    return {name: supervisor.pid(name) for name in PROCESSES}
 
 
 def commands_run(tmp_path: Path, topology: Topology) -> dict[str, list[str]]:
@@ -84,14 +61,14 @@ def test_behind_nginx_each_web_process_has_a_port_of_its_own_and_trusts_only_thi
     }
 
 
-def kill_and_see_it_return(supervisor: Supervisor, name: str, base: str, log: Path) -> dict[str, int]:
+def kill_and_see_it_return(supervisor: Supervisord, name: str, base: str, log: Path) -> dict[str, int]:
     """SIGKILL one process; it is restarted, the others keep their pids, and the site works again."""
-    before = supervisor.pids()
+    before = pids(supervisor)
     assert all(before.values()), before
     ready_lines = log.read_text().count(" ready.")
     os.kill(before[name], signal.SIGKILL)
     wait_for(lambda: supervisor.pid(name) not in {0, before[name]}, 60, f"{name} restarted")
-    after = supervisor.pids()
+    after = pids(supervisor)
     others_before = {n: pid for n, pid in before.items() if n != name}
     assert {n: pid for n, pid in after.items() if n != name} == others_before, f"{name} took another with it"
     # Back at work: the site answers, with Redis again, and a worker takes tasks again.
@@ -106,21 +83,11 @@ def test_each_process_comes_back_alone_when_killed(django_db_setup, engine_url, 
     run_dir.mkdir()
     (run_dir / "supervisord.conf").write_text(render(run_dir, Topology(PROCESSES)))
     web_port = free_port()
-    env = product_env(
-        engine_url,
-        REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
-        WEB_PORT=str(web_port),
-        PATH=f"{BIN}:{os.environ['PATH']}",
-    )
+    env = product_env(engine_url, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", WEB_PORT=str(web_port))
     base = f"http://127.0.0.1:{web_port}"
     log = LOGS / "test-supervisord.log"
-    supervisor = Supervisor(run_dir)
     began = time.time()
-    with open(log, "w") as output:
-        process = subprocess.Popen(
-            [BIN / "supervisord", "-c", supervisor.conf], cwd=ROOT, env=env, stdout=output, stderr=output
-        )
-    try:
+    with supervisord_running(run_dir / "supervisord.conf", env, log) as supervisor:
         wait_for(
             lambda: answers(base + "/healthz/ready") and log.read_text().count(" ready.") >= 2,
             120,
@@ -131,12 +98,9 @@ def test_each_process_comes_back_alone_when_killed(django_db_setup, engine_url, 
         text = log.read_text()
         for name in PROCESSES:
             assert f"exited: {name} (terminated by SIGKILL; not expected)" in text
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(120)
     # Stopping supervisord stopped everything it ran, and no killed process left a child behind
     # (a worker with an embedded beat once did: a second scheduler nobody supervised).
-    assert process.returncode == 0
+    assert supervisor.process.returncode == 0
     for pid in after.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
