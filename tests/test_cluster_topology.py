@@ -6,8 +6,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,25 +14,26 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import override_settings
+from playwright.sync_api import expect
 
 from apitokens.services import token_issue
 from deploy.supervisor import Topology, write
 from frontend.models import Conversation, Message
 from harness.processes import free_port, wait_for
 from tests.chat_client import collect_answer, open_chat, receive, send, start_long_answer
-from tests.conftest import LOGS, ROOT, log_in, product_env
+from tests.conftest import LOGS, log_in, product_env
 from tests.polling import HealthPoller
+from tests.supervision import Supervisord, answers, supervisord_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BIN = Path(sys.executable).parent
 UPLOAD_LIMIT = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Cluster:
     base: str
-    conf: Path
+    supervisor: Supervisord
     log: Path
 
     @property
@@ -42,9 +41,7 @@ class Cluster:
         return self.base.replace("http://", "ws://") + "/ws/chat/"
 
     def pid(self, program: str) -> int:
-        command = [BIN / "supervisorctl", "-c", self.conf, "pid", program]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
-        return int(result.stdout.strip() or 0)
+        return self.supervisor.pid(program)
 
 
 def ports_in_a_row(count: int) -> int:
@@ -61,13 +58,6 @@ def ports_in_a_row(count: int) -> int:
     raise RuntimeError("no free ports in a row")
 
 
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def cluster(django_db_setup, engine_url, tmp_path_factory):
     if shutil.which("nginx") is None:
@@ -78,18 +68,10 @@ def cluster(django_db_setup, engine_url, tmp_path_factory):
     port = ports_in_a_row(3)
     with override_settings(BULK_MAX_UPLOAD_BYTES=UPLOAD_LIMIT):
         write(run_dir, Topology(["web", "nginx"], web_port=port, web_processes=2))
-    env = product_env(
-        engine_url,
-        RUN_DIR=str(run_dir),
-        BULK_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT),
-        PATH=f"{BIN}:{os.environ['PATH']}",
-    )
-    cluster = Cluster(f"http://127.0.0.1:{port}", run_dir / "supervisord.conf", LOGS / "test-cluster.log")
-    with open(cluster.log, "w") as output:
-        process = subprocess.Popen(
-            [BIN / "supervisord", "-c", cluster.conf], cwd=ROOT, env=env, stdout=output, stderr=output
-        )
-    try:
+    env = product_env(engine_url, RUN_DIR=str(run_dir), BULK_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT))
+    log = LOGS / "test-cluster.log"
+    with supervisord_running(run_dir / "supervisord.conf", env, log) as supervisor:
+        cluster = Cluster(f"http://127.0.0.1:{port}", supervisor, log)
         backends = [f"http://127.0.0.1:{port + 1 + i}/healthz/live" for i in range(2)]
         wait_for(
             lambda: answers(cluster.base + "/healthz/ready") and all(answers(url) for url in backends),
@@ -97,9 +79,6 @@ def cluster(django_db_setup, engine_url, tmp_path_factory):
             "nginx and both web processes",
         )
         yield cluster
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
 
 
 def test_nginx_serves_the_static_files_itself(cluster):
@@ -180,7 +159,8 @@ def test_the_chat_page_works_in_a_browser_through_nginx(cluster, page):
     page.goto(cluster.base + "/")
     page.fill("#prompt", "Say hello in three words.")
     page.keyboard.press("Enter")
-    page.wait_for_selector(".message.assistant.generating", timeout=90_000)
+    # Not "wait for .generating to show": a three-word answer may be done before the first look.
+    expect(page.locator(".message.assistant .body").last).not_to_be_empty(timeout=90_000)
     page.wait_for_selector(".message.assistant.generating", state="detached", timeout=90_000)
     answer = Message.objects.filter(conversation__owner__username="quinn", role="assistant").get()
     assert answer.status == "complete" and answer.content
