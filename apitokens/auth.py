@@ -17,19 +17,38 @@ def bearer_token(request: HttpRequest) -> str | None:
     return value.strip() if scheme.lower() == "bearer" else None
 
 
-def user_for_token(raw: str, scope: str) -> AbstractBaseUser | None:
-    """The active user a token belongs to, if the token is valid, live and has `scope`."""
+class TokenRefused(Exception):
+    """A bearer token that does not let its holder in: `missing_scope` when it is valid but
+    lacks the scope asked for (403), `invalid` otherwise (401)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def token_user(raw: str, scope: str) -> AbstractBaseUser:
+    """The active user a valid, live token with `scope` belongs to; TokenRefused otherwise."""
     kind, _, rest = raw.partition("_")
     prefix, _, secret = rest.partition("_")
     if kind != TOKEN_PREFIX or not prefix or not secret:
-        return None
+        raise TokenRefused("invalid")
     token = ApiToken.objects.select_related("user").filter(prefix=prefix, revoked_at=None).first()
     if token is None or not hmac.compare_digest(token.digest, token_digest(secret)):
-        return None
-    if scope not in token.scopes or not token.user.is_active:
-        return None
+        raise TokenRefused("invalid")
+    if not token.user.is_active:
+        raise TokenRefused("invalid")
+    if scope not in token.scopes:
+        raise TokenRefused("missing_scope")
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token.user
+
+
+def user_for_token(raw: str, scope: str) -> AbstractBaseUser | None:
+    """The active user a token belongs to, if the token is valid, live and has `scope`."""
+    try:
+        return token_user(raw, scope)
+    except TokenRefused:
+        return None
 
 
 def user_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | None:

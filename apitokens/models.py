@@ -9,6 +9,7 @@ class Scope(models.TextChoices):
     CHAT = "chat", "Chat through the HTTP API"
     STORE_READ = "store.read", "Read the conversation store"
     JOBS_SUBMIT = "jobs.submit", "Submit and read bulk jobs"
+    OPENAI = "openai", "Call the OpenAI-compatible API (/v1/)"
 
 
 class ApiToken(models.Model):

@@ -157,6 +157,8 @@ CHAT_PRIORITY = env_int("CHAT_PRIORITY", 0)
 CHAT_MAX_CONTENT_CHARS = env_int("CHAT_MAX_CONTENT_CHARS", 16000, minimum=1)
 # Per-user prefix-cache salt: one user's cached history never serves another's.
 CHAT_CACHE_SALT_PER_USER = env_bool("CHAT_CACHE_SALT_PER_USER", True)
+# Largest body of an OpenAI-API request: a whole conversation, sent on every turn.
+API_MAX_REQUEST_BYTES = env_int("API_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
 
 # Accounts that `make run` creates on first start. The well-known passwords are for
 # development only: in production mode (DEBUG off) an unset password is a random one,

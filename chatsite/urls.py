@@ -6,5 +6,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("monitoring.urls")),
     path("", include("jobs.urls")),
+    path("", include("openai_api.urls")),
     path("", include("frontend.urls")),
 ]

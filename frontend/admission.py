@@ -11,6 +11,7 @@ that is held and then released.
 """
 
 import asyncio
+import logging
 import time
 import uuid
 import weakref
@@ -21,10 +22,13 @@ from django.conf import settings
 from limits import RateLimitItemPerMinute
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
+from redis.exceptions import RedisError
 
 import redisconn
 from frontend import protocol
 from redisconn import keys
+
+log = logging.getLogger(__name__)
 
 _ACQUIRE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
@@ -96,6 +100,16 @@ async def refresh(r: aioredis.Redis, lease: Lease) -> None:
         pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=True)
         pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=True)
         await pipe.execute()
+
+
+async def hold(r: aioredis.Redis, lease: Lease) -> None:
+    """Keep a slot while an answer that has no watcher runs (an API answer); cancel when it ends."""
+    try:
+        while True:
+            await asyncio.sleep(settings.CHAT_HEARTBEAT_SECONDS)
+            await refresh(r, lease)
+    except RedisError:
+        log.warning("could not refresh an admission lease; it expires in %s s", settings.CHAT_LEASE_SECONDS)
 
 
 async def release(r: aioredis.Redis, lease: Lease) -> None:

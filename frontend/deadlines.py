@@ -4,6 +4,10 @@ One `Deadlines` per answer gives the moment the next token is due, whichever lim
 first, and remembers which limit that is, so the timeout that fires can say which one.
 """
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from django.conf import settings
 
 NOTES = {
@@ -26,6 +30,23 @@ class Deadlines:
     def __init__(self, started: float) -> None:
         self._total = started + settings.CHAT_TOTAL_TIMEOUT
         self.expiring = "timeout_first_token"
+        self._timer: asyncio.Timeout | None = None
+
+    @asynccontextmanager
+    async def enforced(self) -> AsyncIterator["Deadlines"]:
+        """Run the block until the next token is due: from the first token's deadline on,
+        moved by each `token_arrived()`. Past it the block is cancelled and AnswerTimeout
+        raised. The block must read the engine in the task that entered it."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(self.first_token(loop.time())) as self._timer:
+                yield self
+        except TimeoutError:
+            raise self.expired() from None
+
+    def token_arrived(self) -> None:
+        """A token came (and was passed on): the next one is due from now."""
+        self._timer.reschedule(self.next_token(asyncio.get_running_loop().time()))
 
     def first_token(self, now: float) -> float:
         """When the first token is due, counted from `now` (the request leaving)."""

@@ -142,27 +142,23 @@ class Generation:
         """Publish the engine's tokens as they come, within the answer's time limits."""
         loop = asyncio.get_running_loop()
         clock = metrics.TokenClock(self._started)
-        deadlines = Deadlines(self._started)
-        try:
-            async with asyncio.timeout_at(deadlines.first_token(loop.time())) as timer:
-                # aclosing: leaving the loop closes the engine stream at once, aborting the request.
-                async with aclosing(self._engine.stream_chat(request)) as events:
-                    async for event in events:
-                        if isinstance(event, Completion):
-                            self.completion = event
-                            continue
-                        clock.tick(loop.time())
-                        if self.ttft_ms is None:
-                            self.ttft_ms = self._elapsed_ms()
-                        self.parts.append(event.text)
-                        # The position is taken before the append: a stop landing while the token
-                        # is being written must not give the closing frame the token's position.
-                        seq, self.seq = self.seq, self.seq + 1
-                        await self._publish(r, seq, protocol.token(self.message_id, seq, event.text))
-                        redisconn.raise_if_cancelled()  # a stop or deadline during the write
-                        timer.reschedule(deadlines.next_token(loop.time()))
-        except TimeoutError:
-            raise deadlines.expired() from None
+        async with Deadlines(self._started).enforced() as deadlines:
+            # aclosing: leaving the loop closes the engine stream at once, aborting the request.
+            async with aclosing(self._engine.stream_chat(request)) as events:
+                async for event in events:
+                    if isinstance(event, Completion):
+                        self.completion = event
+                        continue
+                    clock.tick(loop.time())
+                    if self.ttft_ms is None:
+                        self.ttft_ms = self._elapsed_ms()
+                    self.parts.append(event.text)
+                    # The position is taken before the append: a stop landing while the token
+                    # is being written must not give the closing frame the token's position.
+                    seq, self.seq = self.seq, self.seq + 1
+                    await self._publish(r, seq, protocol.token(self.message_id, seq, event.text))
+                    redisconn.raise_if_cancelled()  # a stop or deadline during the write
+                    deadlines.token_arrived()
 
     async def _generate(self, r: aioredis.Redis) -> None:
         self._started = asyncio.get_running_loop().time()

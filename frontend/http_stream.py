@@ -48,7 +48,7 @@ class EventStreamResponse(StreamingHttpResponse):
                 yield self.make_bytes(part)
 
 
-def _event(payload: dict | str) -> bytes:
+def sse_event(payload: dict | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 
@@ -80,11 +80,11 @@ async def _events(first: dict, frames: AsyncIterator[dict], generation: Generati
     try:
         frame = first
         while True:
-            yield _event(_as_event(frame, generation.turn))
+            yield sse_event(_as_event(frame, generation.turn))
             if frame["type"] in protocol.TERMINAL:
                 break
             frame = await anext(frames)
-        yield _event("[DONE]")
+        yield sse_event("[DONE]")
     finally:
         # Django cancels this iterator when the client disconnects; the request ends
         # once the stopped answer is stored.

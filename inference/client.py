@@ -9,7 +9,7 @@ that closes the HTTP stream, and vLLM aborts the request when its client goes aw
 SDK. Unit tests may substitute another implementation to inject faults.
 """
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -33,6 +33,8 @@ class ChatRequest:
     # X-Session-ID, the key vllm-router's consistent_hash policy routes on, so a conversation
     # stays on the replica whose prefix cache holds it. A single engine ignores it.
     affinity: str | None = None
+    # More sampling parameters of vLLM's OpenAI API (top_p, penalties, seed, stop), checked by the caller.
+    sampling: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ class OpenAIEngineClient:
         self._http = httpx.AsyncClient(base_url=self._base_url, timeout=timeout)
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
-        extra_body: dict = {"priority": request.priority}
+        extra_body: dict = {**request.sampling, "priority": request.priority}
         if request.cache_salt:
             extra_body["cache_salt"] = request.cache_salt
         if request.min_tokens:

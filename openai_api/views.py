@@ -1,0 +1,158 @@
+"""HTTP for the OpenAI-compatible API: `POST /v1/chat/completions` (streamed or not),
+`GET /v1/models` and `GET /v1/models/<name>`, each authenticated by an API token with the
+`openai` scope. Errors are OpenAI's shape with its statuses (docs/openai-api.md)."""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from functools import wraps
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from apitokens.auth import TokenRefused, bearer_token, token_user
+from apitokens.models import Scope
+from frontend.http_json import ApiError, read_json
+from frontend.http_stream import EventStreamResponse, sse_event
+from frontend.protocol import Refusal
+from inference.client import Completion, TextDelta
+from inference.engine import engine_client
+from openai_api import protocol, serving
+from openai_api.protocol import OpenAIError
+
+
+def _error_response(error: OpenAIError) -> JsonResponse:
+    response = JsonResponse(error.body(), status=error.status)
+    if error.retry_after:
+        response["Retry-After"] = str(max(1, round(error.retry_after)))
+    return response
+
+
+def openai_errors(view: Callable) -> Callable:
+    """Answer what a view refuses (OpenAIError, the chat's ApiError and Refusal) in OpenAI's shape."""
+
+    @wraps(view)
+    async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return await view(request, *args, **kwargs)
+        except OpenAIError as error:
+            return _error_response(error)
+        except ApiError as error:
+            return _error_response(OpenAIError(error.status, error.detail, code=error.code))
+        except Refusal as refusal:
+            retry_after = refusal.extra.get("retry_after")
+            return _error_response(
+                OpenAIError.from_code(refusal.code, refusal.detail, retry_after=retry_after)
+            )
+
+    return csrf_exempt(wrapper)
+
+
+async def _api_user(request: HttpRequest) -> AbstractBaseUser:
+    raw = bearer_token(request)
+    if not raw:
+        raise OpenAIError(401, "Send your API key as 'Authorization: Bearer KEY'.", code="missing_api_key")
+    try:
+        return await sync_to_async(token_user)(raw, Scope.OPENAI)
+    except TokenRefused as refused:
+        if refused.reason == "missing_scope":
+            raise OpenAIError(403, "This API key lacks the 'openai' scope.", code="missing_scope") from None
+        raise OpenAIError(401, "Incorrect, revoked or expired API key.", code="invalid_api_key") from None
+
+
+def _method(request: HttpRequest, allowed: str) -> None:
+    if request.method != allowed:
+        raise OpenAIError(405, f"use {allowed}", code="method_not_allowed")
+
+
+def _checked_model(name: str) -> str:
+    if name not in serving.served_models():
+        raise OpenAIError(
+            404, f"The model '{name}' does not exist (GET /v1/models).", code="model_not_found", param="model"
+        )
+    return name
+
+
+@openai_errors
+async def models(request: HttpRequest) -> JsonResponse:
+    _method(request, "GET")
+    await _api_user(request)
+    return JsonResponse(
+        {"object": "list", "data": [protocol.model_entry(name) for name in serving.served_models()]}
+    )
+
+
+@openai_errors
+async def model(request: HttpRequest, name: str) -> JsonResponse:
+    _method(request, "GET")
+    await _api_user(request)
+    return JsonResponse(protocol.model_entry(_checked_model(name)))
+
+
+@openai_errors
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    """Answer a conversation the client sends whole, as one JSON completion or as SSE chunks."""
+    _method(request, "POST")
+    user = await _api_user(request)
+    chat = protocol.chat_completion_request(read_json(request, max_bytes=settings.API_MAX_REQUEST_BYTES))
+    _checked_model(chat.model)
+    answer = await serving.answer_start(user=user, chat=chat, engine=engine_client())
+    try:
+        first = await answer.events.get()
+        if isinstance(first, OpenAIError):
+            raise first
+        if chat.stream:
+            return EventStreamResponse(
+                _chunks(answer, first),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        parts, event = [], first
+        while isinstance(event, TextDelta):
+            parts.append(event.text)
+            event = await answer.events.get()
+        if isinstance(event, OpenAIError):
+            raise event
+        await answer.task  # stored, and the slot given back, before the client hears of the end
+    except BaseException:
+        # A client that went away while the answer was read: the engine request is aborted.
+        answer.stop()
+        raise
+    return JsonResponse(
+        protocol.completion(
+            id=answer.id,
+            created=answer.created,
+            model=chat.model,
+            text="".join(parts),
+            finish_reason=event.finish_reason,
+            usage=protocol.usage(event.prompt_tokens, event.cached_tokens, event.completion_tokens),
+        )
+    )
+
+
+async def _chunks(answer: serving.ApiAnswer, first: TextDelta | Completion) -> AsyncIterator[bytes]:
+    chat = answer.chat
+    ids = {"id": answer.id, "created": answer.created, "model": chat.model}
+    # With include_usage every chunk carries `usage`, null until the last one.
+    nothing = {"usage": None} if chat.include_usage else {}
+    try:
+        yield sse_event(protocol.chunk(**ids, delta={"role": "assistant", "content": ""}, **nothing))
+        event = first
+        while isinstance(event, TextDelta):
+            yield sse_event(protocol.chunk(**ids, delta={"content": event.text}, **nothing))
+            event = await answer.events.get()
+        await asyncio.wait([answer.task])  # stored before the client hears of the end
+        if isinstance(event, OpenAIError):
+            yield sse_event(event.body())
+        else:
+            yield sse_event(protocol.chunk(**ids, delta={}, finish_reason=event.finish_reason, **nothing))
+            if chat.include_usage:
+                figures = protocol.usage(event.prompt_tokens, event.cached_tokens, event.completion_tokens)
+                yield sse_event(protocol.chunk(**ids, delta=None, usage=figures))
+        yield sse_event("[DONE]")
+    finally:
+        # The client went away (Django closes this iterator): abort the engine request.
+        answer.stop()
+        await asyncio.wait([answer.task])
