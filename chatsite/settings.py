@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "monitoring",
     "csp",
     "accounts",
+    "usage",
 ]
 
 MIDDLEWARE = [
@@ -159,6 +160,8 @@ CHAT_MAX_CONTENT_CHARS = env_int("CHAT_MAX_CONTENT_CHARS", 16000, minimum=1)
 CHAT_CACHE_SALT_PER_USER = env_bool("CHAT_CACHE_SALT_PER_USER", True)
 # Largest body of an OpenAI-API request: a whole conversation, sent on every turn.
 API_MAX_REQUEST_BYTES = env_int("API_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+# Daily token quota (prompt + completion, UTC days) of users with none of their own or their groups'; 0: none.
+USAGE_DAILY_TOKENS = env_int("USAGE_DAILY_TOKENS", 0, minimum=0)
 
 # Accounts that `make run` creates on first start. The well-known passwords are for
 # development only: in production mode (DEBUG off) an unset password is a random one,

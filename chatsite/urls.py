@@ -7,5 +7,6 @@ urlpatterns = [
     path("", include("monitoring.urls")),
     path("", include("jobs.urls")),
     path("", include("openai_api.urls")),
+    path("", include("usage.urls")),
     path("", include("frontend.urls")),
 ]

@@ -36,6 +36,8 @@ from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
 from inference.prompt import PromptCounts, assemble
 from logcontext import bind_log_context
+from usage.models import UsageDay
+from usage.services import usage_check, usage_record
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +262,24 @@ class Generation:
             fields["duration_ms"] / 1000,
             ttft_seconds=fields["ttft_ms"] / 1000 if fields.get("ttft_ms") is not None else None,
         )
-        await database_sync_to_async(services.message_finish)(
-            message_id=self.message_id, content="".join(self.parts), **fields
+        await database_sync_to_async(self._store)(fields)
+
+    def _store(self, fields: dict) -> None:
+        services.message_finish(message_id=self.message_id, content="".join(self.parts), **fields)
+        # An answer cut short has no engine figures: its streamed tokens count (about one a delta).
+        usage_record(
+            user_id=self._user_id,
+            source=UsageDay.Source.CHAT,
+            prompt_tokens=fields.get("prompt_tokens"),
+            cached_tokens=fields.get("cached_tokens"),
+            completion_tokens=fields.get("completion_tokens") or self.seq,
         )
+
+
+def _checked_start(start_turn: Callable[..., services.Turn], *, user, **arguments) -> services.Turn:
+    # One trip to the database's thread for the quota and the turn: both are on every answer's path.
+    usage_check(user=user)
+    return start_turn(user=user, **arguments)
 
 
 async def answer_start(
@@ -281,7 +298,7 @@ async def answer_start(
         metrics.admission_refused(refusal.extra["reason"])
         raise
     try:
-        turn = await database_sync_to_async(start_turn)(user=user, **arguments)
+        turn = await database_sync_to_async(_checked_start)(start_turn, user=user, **arguments)
     except BaseException:
         await admission.release(r, lease)
         raise

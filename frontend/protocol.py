@@ -30,6 +30,7 @@ ERRORS: dict[str, int] = {
     "not_found": 404,
     "not_running": 409,
     "busy": 429,
+    "quota_exceeded": 429,
     "timeout_first_token": 503,
     "timeout_between_tokens": 503,
     "timeout_total": 503,

@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from jobs.models import Document, Job, Result
 from jobs.summarize import Summary
+from usage.models import UsageDay
+from usage.services import usage_record
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,14 @@ def document_complete(*, document_id: int, summary: Summary, duration_ms: float)
         created = False
     else:
         created = True
+        usage_record(
+            user_id=Job.objects.values_list("owner_id", flat=True).get(pk=document.job_id),
+            source=UsageDay.Source.BULK,
+            prompt_tokens=summary.prompt_tokens,
+            cached_tokens=summary.cached_tokens,
+            completion_tokens=summary.completion_tokens,
+            requests=summary.engine_calls,
+        )
     document.status = Document.Status.DONE
     document.error = ""
     document.claimed_by = ""

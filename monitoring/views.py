@@ -11,6 +11,7 @@ from django.views.decorators.cache import never_cache
 from apitokens.auth import bearer_token
 from monitoring import metrics
 from monitoring.figures import dashboard_figures
+from usage import selectors as usage_selectors
 
 
 @never_cache
@@ -34,6 +35,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "refresh_ms": int(settings.MONITORING_REFRESH_SECONDS * 1000),
             "window_seconds": f"{settings.MONITORING_WINDOW_SECONDS:g}",
             "engine_url": settings.INFERENCE_URL,
+            "top_users": usage_selectors.top_users(day=usage_selectors.today()),
         },
     )
 

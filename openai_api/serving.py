@@ -33,6 +33,8 @@ from frontend.protocol import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
 from logcontext import bind_log_context
 from openai_api import protocol
+from usage.models import UsageDay
+from usage.services import usage_check, usage_record
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,9 @@ class ApiAnswer:
         )
 
     async def start(self) -> None:
-        """Take an admission slot and start reading the engine; Refusal `busy` when full."""
+        """Take an admission slot and start reading the engine; Refusal `quota_exceeded` when the
+        user's daily quota is spent, `busy` when admission control is full."""
+        await database_sync_to_async(usage_check)(user=self._user)
         try:
             self._lease = await admission.admit(redisconn.client(), user_id=self._user.pk)
         except Refusal as refusal:
@@ -134,34 +138,51 @@ class ApiAnswer:
             metrics.generation_ended()
             seconds = loop.time() - started
             metrics.generation_finished(status, completion.completion_tokens, seconds, ttft_seconds=ttft)
+            finish_reasons = {
+                Message.Status.COMPLETE: completion.finish_reason,
+                Message.Status.STOPPED: "abort",
+            }
+            await self._record(
+                content="".join(parts),
+                status=status,
+                error_code=error_code,
+                note=note,
+                finish_reason=finish_reasons.get(status, ""),
+                prompt_tokens=completion.prompt_tokens,
+                cached_tokens=completion.cached_tokens,
+                # An answer cut short has no engine figures: its streamed tokens count (about one a delta).
+                completion_tokens=completion.completion_tokens or len(parts),
+                ttft_ms=None if ttft is None else round(ttft * 1000, 1),
+                duration_ms=round(seconds * 1000, 1),
+            )
+
+    async def _record(self, **answer) -> None:
+        """Count the answer's tokens, always, and store the exchange when the client asked to."""
+
+        def record() -> None:
+            usage_record(
+                user_id=self._user.pk,
+                source=UsageDay.Source.API,
+                prompt_tokens=answer["prompt_tokens"],
+                cached_tokens=answer["cached_tokens"],
+                completion_tokens=answer["completion_tokens"],
+            )
             if self.chat.store:
-                await self._store(
-                    content="".join(parts),
-                    status=status,
-                    error_code=error_code,
-                    note=note,
-                    finish_reason=completion.finish_reason if status == Message.Status.COMPLETE else "abort",
-                    prompt_tokens=completion.prompt_tokens,
-                    cached_tokens=completion.cached_tokens,
-                    completion_tokens=completion.completion_tokens,
-                    ttft_ms=None if ttft is None else round(ttft * 1000, 1),
-                    duration_ms=round(seconds * 1000, 1),
+                services.api_exchange_store(
+                    user=self._user, messages=self.chat.messages, model_name=self.chat.model, answer=answer
                 )
 
-    async def _store(self, **answer) -> None:
         try:
-            await database_sync_to_async(services.api_exchange_store)(
-                user=self._user, messages=self.chat.messages, model_name=self.chat.model, answer=answer
-            )
+            await database_sync_to_async(record)()
         except Exception:
-            # The client has its answer already; a store that failed is logged, not raised into it.
-            log.exception("API answer %s could not be stored", self.id)
+            # The client has its answer already; a failed write is logged, not raised into it.
+            log.exception("API answer %s could not be recorded", self.id)
 
 
 async def answer_start(
     *, user: AbstractBaseUser, chat: protocol.ChatCompletionRequest, engine: EngineClient
 ) -> ApiAnswer:
-    """Admit and start an answer; Refusal `busy` when admission control is full."""
+    """Admit and start an answer; Refusal `quota_exceeded` or `busy` when it may not start."""
     answer = ApiAnswer(user=user, chat=chat, engine=engine)
     await answer.start()
     return answer

@@ -158,7 +158,8 @@ function handle(frame) {
         state.request = null;
         view.setBusy();
       }
-      const wait = frame.retry_after ? " Try again in " + Math.ceil(frame.retry_after) + " s." : "";
+      // A spent quota's detail says when it resets; a wait in seconds would read as hours of them.
+      const wait = frame.retry_after && !frame.reset_at ? " Try again in " + Math.ceil(frame.retry_after) + " s." : "";
       view.showStatus(frame.detail + wait);
       break;
     }
