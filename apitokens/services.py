@@ -25,6 +25,8 @@ def token_issue(*, user: AbstractBaseUser, scopes: Iterable[str], name: str = ""
     unknown = [s for s in scopes if s not in Scope.values]
     if unknown or not scopes:
         raise InvalidScope(f"scopes must be some of {Scope.values}, got {scopes}")
+    if Scope.JOBS_SUBMIT in scopes and not user.is_staff:
+        raise InvalidScope("only staff may hold the jobs.submit scope")
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
@@ -33,6 +35,9 @@ def token_issue(*, user: AbstractBaseUser, scopes: Iterable[str], name: str = ""
     return token, f"{TOKEN_PREFIX}_{prefix}_{secret}"
 
 
-def token_revoke(*, prefix: str) -> bool:
-    """Revoke the token with this prefix; False if there is no active one."""
-    return bool(ApiToken.objects.filter(prefix=prefix, revoked_at=None).update(revoked_at=timezone.now()))
+def token_revoke(*, prefix: str, user: AbstractBaseUser | None = None) -> bool:
+    """Revoke the token with this prefix (one of `user`'s, when given); False if there is no active one."""
+    tokens = ApiToken.objects.filter(prefix=prefix, revoked_at=None)
+    if user is not None:
+        tokens = tokens.filter(user=user)
+    return bool(tokens.update(revoked_at=timezone.now()))

@@ -8,5 +8,6 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("openai_api.urls")),
     path("", include("usage.urls")),
+    path("", include("apitokens.urls")),
     path("", include("frontend.urls")),
 ]
