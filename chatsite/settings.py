@@ -236,6 +236,8 @@ BULK_MAX_FILE_BYTES = env_int("BULK_MAX_FILE_BYTES", 10 * 1024 * 1024, minimum=1
 BULK_MAX_DOCUMENTS = env_int("BULK_MAX_DOCUMENTS", 1000, minimum=1)
 BULK_MAX_UNCOMPRESSED_BYTES = env_int("BULK_MAX_UNCOMPRESSED_BYTES", 100 * 1024 * 1024, minimum=1)
 BULK_PDF_TIMEOUT = env_float("BULK_PDF_TIMEOUT", 30.0, minimum=1.0)
+# CPU seconds one PDF's parse may use; below the wall clock, so a parser loop ends by it on a quiet host.
+BULK_PDF_CPU_SECONDS = env_int("BULK_PDF_CPU_SECONDS", 20, minimum=1)
 DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS
 
 # Resilience: timeouts, circuit breaker, admission control, resumable streams (frontend/, inference/).

@@ -1,10 +1,12 @@
-"""Extract a PDF's text in a child process: `python -m jobs.pdftext < file.pdf`.
+"""Extract a PDF's text in a child process: `python -m jobs.pdftext --cpu-seconds N < file.pdf`.
 
-The worker runs this under a wall-clock timeout with memory and CPU limits, so a
-malformed or hostile PDF (a parser loop, a decompression bomb) ends this process,
-not the worker. Exit status 0: text on stdout; otherwise the reason on stderr.
+jobs.pdfread runs this with an empty environment under a wall-clock timeout, and this process
+limits its own memory and CPU time before it touches the PDF, so a malformed or hostile PDF (a
+parser loop, a decompression bomb) ends this process, not the worker. Exit status 0: text on
+stdout; otherwise the reason on stderr.
 """
 
+import argparse
 import io
 import resource
 import sys
@@ -12,8 +14,17 @@ import sys
 MEMORY_LIMIT = 1024 * 1024 * 1024
 
 
-def main() -> int:
+def apply_limits(argv: list[str]) -> None:
+    """Memory, and the CPU seconds the parent asks for: past them SIGXCPU, a second later SIGKILL."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cpu-seconds", type=int, required=True)
+    cpu = parser.parse_args(argv).cpu_seconds
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+
+def main() -> int:
+    apply_limits(sys.argv[1:])
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 

@@ -17,7 +17,6 @@ jobs.shaping, map-reduce summarizing in jobs.summarize.
 import asyncio
 import logging
 import os
-import sys
 import time
 import uuid
 
@@ -30,8 +29,9 @@ import redisconn
 from inference.client import EngineClient, EngineError
 from inference.engine import new_engine_client
 from jobs import claims, selectors
-from jobs.ingest import DocumentError, decode_text
+from jobs.ingest import DocumentError
 from jobs.models import Job
+from jobs.pdfread import pdf_text
 from jobs.shaping import LoadProbe, Shaper
 from jobs.summarize import Summarizer, cache_salt_for_owner
 from redisconn import keys
@@ -53,38 +53,6 @@ def new_shaper() -> Shaper:
         while_chat=settings.BULK_CONCURRENCY_WHILE_CHAT,
         quiet_seconds=settings.BULK_QUIET_SECONDS,
     )
-
-
-async def pdf_text(data: bytes, seconds: float) -> str:
-    """Text of a PDF, parsed in a child process that is killed after `seconds`."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "jobs.pdftext",
-        cwd=str(settings.BASE_DIR),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(data), seconds)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise DocumentError(f"Reading the PDF took longer than {seconds:g} s.") from None
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    if process.returncode != 0:
-        reason = err.decode("utf-8", "replace").strip().splitlines()
-        raise DocumentError(reason[-1] if reason else f"Reading the PDF failed (exit {process.returncode}).")
-    if len(out) > settings.BULK_MAX_FILE_BYTES * 4:
-        raise DocumentError("The PDF's text is larger than the file limit allows.")
-    try:
-        return decode_text(out)
-    except DocumentError:
-        raise DocumentError("The PDF has no extractable text (scanned pages?).") from None
 
 
 class RunnerLock:

@@ -1,0 +1,91 @@
+"""Reading a PDF's text without trusting it: the parse runs in a child process (jobs.pdftext) with
+a memory limit, a CPU-time limit and an empty environment (no SECRET_KEY, no DATABASE_URL), under a
+wall-clock timeout; its output is read as it comes and cut off at a bound, so neither a parser loop,
+a decompression bomb nor a flood of text reaches the worker."""
+
+import asyncio
+import math
+import signal
+import sys
+
+from django.conf import settings
+
+from jobs.ingest import DocumentError, decode_text
+
+# The child module; tests swap in a probe that misbehaves on purpose.
+CHILD = "jobs.pdftext"
+STDERR_BYTES = 64 * 1024
+# Enough for the interpreter to start and decode UTF-8 whatever the host's locale; nothing secret.
+CHILD_ENVIRONMENT = {"PYTHONUTF8": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+class TooMuchOutput(Exception):
+    pass
+
+
+async def _read_bounded(stream: asyncio.StreamReader, limit: int, *, cut: bool = False) -> bytes:
+    """All of `stream`, up to `limit` bytes: past it TooMuchOutput, or with `cut` the first `limit`."""
+    chunks, size = [], 0
+    while chunk := await stream.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            if not cut:
+                raise TooMuchOutput
+            continue  # drain, keep nothing more
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        stdin.write(data)
+        await stdin.drain()
+        stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the child stopped reading: its exit status says why
+
+
+async def pdf_text(data: bytes, seconds: float, *, cpu_seconds: float | None = None) -> str:
+    """Text of a PDF, parsed in a child process killed after `seconds` of wall clock or
+    `cpu_seconds` (BULK_PDF_CPU_SECONDS) of CPU time; DocumentError says why it failed."""
+    cpu = math.ceil(cpu_seconds if cpu_seconds is not None else settings.BULK_PDF_CPU_SECONDS)
+    limit = settings.BULK_MAX_FILE_BYTES * 4
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        CHILD,
+        "--cpu-seconds",
+        str(cpu),
+        cwd=str(settings.BASE_DIR),
+        env=CHILD_ENVIRONMENT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(seconds):
+            _, out, err = await asyncio.gather(
+                _feed(process.stdin, data),
+                _read_bounded(process.stdout, limit),
+                _read_bounded(process.stderr, STDERR_BYTES, cut=True),
+            )
+            await process.wait()
+    except TimeoutError:
+        raise DocumentError(f"Reading the PDF took longer than {seconds:g} s.") from None
+    except TooMuchOutput:
+        raise DocumentError("The PDF's text is larger than the file limit allows.") from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    if process.returncode == -signal.SIGXCPU:
+        raise DocumentError(f"Reading the PDF used more than {cpu} s of CPU time.")
+    if process.returncode == -signal.SIGKILL:
+        raise DocumentError("Reading the PDF was stopped by a resource limit.")
+    if process.returncode != 0:
+        reason = err.decode("utf-8", "replace").strip().splitlines()
+        raise DocumentError(reason[-1] if reason else f"Reading the PDF failed (exit {process.returncode}).")
+    try:
+        return decode_text(out)
+    except DocumentError:
+        raise DocumentError("The PDF has no extractable text (scanned pages?).") from None
