@@ -5,7 +5,15 @@
 - `/healthz/ready`: the web process can serve pages, history and the store API: its database
   and Redis answer (readiness). The engine is reported, not required: with the engine down the
   site still serves everything but new answers, which are refused with a time to retry.
+
+Anyone gets the status and its HTTP code; the state of each part only a caller who may read
+monitoring details (monitoring.access): a failure is named by its kind, never by its message
+(which can hold host names and the database user), and logged in full. The checks run at most
+once a second per process, however often they are asked.
 """
+
+import logging
+import time
 
 import redis
 from django.db import connection
@@ -13,6 +21,16 @@ from django.http import HttpRequest, JsonResponse
 
 import redisconn
 from inference.engine import engine_client, engine_health
+from monitoring.access import may_read_health_details
+
+log = logging.getLogger(__name__)
+CACHE_SECONDS = 1.0
+_cache: dict[str, tuple[float, str]] = {}
+
+
+def _failed(part: str, exc: Exception) -> str:
+    log.warning("health check: %s: %s", part, exc)
+    return f"error: {exc.__class__.__name__}"
 
 
 def _database() -> str:
@@ -20,7 +38,7 @@ def _database() -> str:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - any failure is reported, not raised
-        return f"error: {exc}"
+        return _failed("database", exc)
     return "ok"
 
 
@@ -28,22 +46,33 @@ def _redis() -> str:
     try:
         redisconn.sync_client().ping()
     except redis.RedisError as exc:
-        return f"error: {exc}"
+        return _failed("redis", exc)
     return "ok"
 
 
+CHECKS = {"database": _database, "redis": _redis, "engine": engine_health}
+
+
+def _checked(part: str) -> str:
+    """A part's state, from a check at most CACHE_SECONDS old."""
+    now = time.monotonic()
+    cached = _cache.get(part)
+    if cached is None or now - cached[0] >= CACHE_SECONDS:
+        cached = _cache[part] = (now, CHECKS[part]())
+    return cached[1]
+
+
+def _answer(request: HttpRequest, status: str, code: int, details: dict) -> JsonResponse:
+    body = {"status": status, **details} if may_read_health_details(request) else {"status": status}
+    return JsonResponse(body, status=code)
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
-    checks = {"database": _database(), "redis": _redis(), "engine": engine_health()}
+    checks = {part: _checked(part) for part in CHECKS}
     healthy = all(state == "ok" for state in checks.values())
-    return JsonResponse(
-        {
-            "status": "ok" if healthy else "degraded",
-            **checks,
-            # This process's view of the engine (docs/resilience.md); informative, not a check.
-            "engine_circuit": engine_client().breaker.state,
-        },
-        status=200 if healthy else 503,
-    )
+    # The circuit is this process's view of the engine (docs/resilience.md); informative, not a check.
+    details = {**checks, "engine_circuit": engine_client().breaker.state}
+    return _answer(request, "ok" if healthy else "degraded", 200 if healthy else 503, details)
 
 
 def live(request: HttpRequest) -> JsonResponse:
@@ -51,9 +80,7 @@ def live(request: HttpRequest) -> JsonResponse:
 
 
 def ready(request: HttpRequest) -> JsonResponse:
-    checks = {"database": _database(), "redis": _redis()}
+    checks = {part: _checked(part) for part in ("database", "redis")}
     serving = all(state == "ok" for state in checks.values())
-    return JsonResponse(
-        {"status": "ok" if serving else "unavailable", **checks, "engine": engine_health()},
-        status=200 if serving else 503,
-    )
+    details = {**checks, "engine": _checked("engine")}
+    return _answer(request, "ok" if serving else "unavailable", 200 if serving else 503, details)

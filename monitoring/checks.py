@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 
 
 @register()
@@ -23,3 +23,16 @@ def check_monitoring(app_configs, **kwargs) -> list[Error]:
             )
         )
     return errors
+
+
+@register(deploy=True)
+def check_metrics_token(app_configs, **kwargs) -> list[Warning]:
+    if settings.DEBUG or settings.MONITORING_METRICS_TOKEN:
+        return []
+    return [
+        Warning(
+            "MONITORING_METRICS_TOKEN is not set: /metrics and /healthz's details answer private addresses only",
+            hint="Set it to scrape /metrics from anywhere with 'Authorization: Bearer <token>'.",
+            id="monitoring.W001",
+        )
+    ]

@@ -1,15 +1,13 @@
 """/metrics for Prometheus, and the staff dashboard with the JSON it polls."""
 
-import hmac
-
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 
-from apitokens.auth import bearer_token
 from monitoring import metrics
+from monitoring.access import by_token, may_read_metrics
 from monitoring.figures import dashboard_figures
 from usage import selectors as usage_selectors
 
@@ -17,11 +15,11 @@ from usage import selectors as usage_selectors
 @never_cache
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The web tier's metrics in Prometheus' text format (every process's, in multiprocess mode)."""
-    token = settings.MONITORING_METRICS_TOKEN
-    if token:
-        given = bearer_token(request) or ""
-        if not hmac.compare_digest(given.encode(), token.encode()):
+    if not may_read_metrics(request):
+        if by_token(request) is False:
             return HttpResponse("A bearer token is required.\n", status=401, content_type="text/plain")
+        detail = "Set MONITORING_METRICS_TOKEN to scrape /metrics from outside the private network.\n"
+        return HttpResponse(detail, status=403, content_type="text/plain")
     body, content_type = metrics.render()
     return HttpResponse(body, content_type=content_type)
 

@@ -3,6 +3,8 @@
 
 import pytest
 
+from frontend import health
+
 pytestmark = pytest.mark.django_db
 
 
@@ -65,3 +67,11 @@ def test_it_is_not_ready_without_redis_but_still_live(client, settings):
     response = client.get("/healthz/ready")
     assert response.status_code == 503
     assert response.json()["redis"].startswith("error")
+
+
+@pytest.fixture(autouse=True)
+def fresh_checks():
+    # The checks are cached for a second; each test changes what they see.
+    health._cache.clear()
+    yield
+    health._cache.clear()
