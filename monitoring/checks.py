@@ -31,7 +31,7 @@ def check_metrics_token(app_configs, **kwargs) -> list[Warning]:
         return []
     return [
         Warning(
-            "MONITORING_METRICS_TOKEN is not set: /metrics and /healthz's details answer private addresses only",
+            "MONITORING_METRICS_TOKEN is not set: /metrics and /healthz's details answer private addresses",
             hint="Set it to scrape /metrics from anywhere with 'Authorization: Bearer <token>'.",
             id="monitoring.W001",
         )
