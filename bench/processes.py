@@ -88,6 +88,8 @@ def product_environment(*, system_prompt: str, max_tokens: int) -> dict[str, str
         "CHAT_MAX_ACTIVE_PER_USER": "1000",
         "CHAT_MAX_ACTIVE_TOTAL": "1000",
         "CHAT_MESSAGES_PER_MINUTE": "100000",
+        "CHAT_SOCKET_FRAMES_PER_MINUTE": "100000",
+        "CHAT_MAX_SOCKETS_PER_USER": "100000",
         "LOG_LEVEL": "WARNING",
     }
 

@@ -15,7 +15,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import metrics, protocol, selectors, services, socket_auth, streams
+from frontend import metrics, protocol, rates, selectors, services, socket_auth, streams
 from frontend.generation import RUNNING, answer_start
 from frontend.models import Message
 from frontend.protocol import Refusal
@@ -31,7 +31,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self.user is None or not self.user.is_authenticated:
             await self.close()
             return
+        try:
+            await rates.socket_open(redisconn.client(), user_id=self.user.pk, socket=self.channel_name)
+        except Refusal as refusal:
+            # Refused at the handshake (HTTP 403), before the page can send a frame into a socket
+            # about to close; the page retries with its backoff.
+            metrics.admission_refused(refusal.extra["reason"])
+            log.info("chat socket refused: user %s holds %s sockets", self.user.pk, refusal.extra["reason"])
+            await self.close()
+            return
         self.followers: dict[int, asyncio.Task] = {}
+        self.socket_slot = asyncio.create_task(self._hold_socket_slot())
         # Logout closes the login's sockets; changes to the user make them check again
         # (frontend.socket_auth, frontend.signals).
         session = self.scope.get("session")
@@ -53,6 +63,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             task.cancel()
         if hasattr(self, "expiry_watch"):
             self.expiry_watch.cancel()
+        if hasattr(self, "socket_slot"):
+            self.socket_slot.cancel()
+            await rates.frame_forget(self.channel_name)
+            try:
+                await rates.socket_close(redisconn.client(), user_id=self.user.pk, socket=self.channel_name)
+            except RedisError:
+                log.warning("could not give back a socket slot; its lease expires")
         for group in getattr(self, "auth_groups", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -67,6 +84,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _still_logged_in(self) -> bool:
         return await database_sync_to_async(socket_auth.still_logged_in)(self.user.pk, self.session_key)
+
+    async def _hold_socket_slot(self) -> None:
+        r = redisconn.client()
+        while True:
+            await asyncio.sleep(rates.SOCKET_LEASE_SECONDS / 3)
+            try:
+                await rates.socket_refresh(r, user_id=self.user.pk, socket=self.channel_name)
+            except RedisError:
+                log.warning("could not refresh a socket slot", exc_info=True)
+            redisconn.raise_if_cancelled()
 
     async def _close_when_the_session_expires(self) -> None:
         while True:
@@ -83,6 +110,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
         """Decode one frame and dispatch it by type ("chat.send" -> chat_send)."""
         try:
+            await rates.frame_check(self.channel_name)
             if text_data is None:
                 raise Refusal("binary_frame", "frames must be JSON text")
             frame = protocol.decode(text_data)

@@ -68,11 +68,18 @@ class Refusal(Exception):
         return error(self.code, self.detail, **self.extra)
 
 
+BUSY_DETAILS = {
+    "socket_rate": "Too many requests on this connection; slow down.",
+    "user_sockets": "Too many chat tabs or windows open; close one.",
+    "user_changes": "Too many changes to conversations at once; try again shortly.",
+}
+
+
 def busy(reason: str, retry_after: float) -> Refusal:
-    """Admission control's refusal: `reason` says which bound was reached."""
+    """A bound's refusal (admission control, frontend.rates): `reason` says which bound was reached."""
     return Refusal(
         "busy",
-        "Too many answers at once; try again shortly.",
+        BUSY_DETAILS.get(reason, "Too many answers at once; try again shortly."),
         reason=reason,
         retry_after=round(retry_after, 1),
     )

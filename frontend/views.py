@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from frontend import protocol, selectors, services
+from frontend import protocol, rates, selectors, services
 from frontend.http_json import check_csrf, json_errors, read_json, unauthenticated
 from frontend.services import TEMPERATURE_BOUNDS
 
@@ -76,12 +76,14 @@ def _browser_action(view):
 @_browser_action
 def conversation_new(request: HttpRequest, data: dict) -> JsonResponse:
     """Create an empty conversation, so its settings can be chosen before the first message."""
+    rates.change_check(user_id=request.user.pk)
     conversation = services.conversation_create(user=request.user, settings_data=data.get("settings") or {})
     return JsonResponse(selectors.conversation_summary(conversation), status=201)
 
 
 @_browser_action
 def conversation_rename(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    rates.change_check(user_id=request.user.pk)
     conversation = services.conversation_rename(
         user=request.user, conversation_id=conversation_id, title=data.get("title")
     )
@@ -90,6 +92,7 @@ def conversation_rename(request: HttpRequest, data: dict, conversation_id: int) 
 
 @_browser_action
 def conversation_delete(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    rates.change_check(user_id=request.user.pk)
     services.conversation_delete(user=request.user, conversation_id=conversation_id)
     return JsonResponse({"deleted": conversation_id})
 
@@ -97,6 +100,7 @@ def conversation_delete(request: HttpRequest, data: dict, conversation_id: int) 
 @_browser_action
 def conversation_settings(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
     """Change the conversation's system prompt, temperature or max answer length."""
+    rates.change_check(user_id=request.user.pk)
     conversation = services.conversation_update_settings(
         user=request.user, conversation_id=conversation_id, data=data
     )

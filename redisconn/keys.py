@@ -9,6 +9,8 @@ Rate limits are kept by the `limits` package under its own prefix, in these name
 CHAT_ACTIVE = "chat:generations:active"
 # Per-minute chat message windows, per user id (frontend.admission).
 CHAT_MESSAGES_LIMIT = "chat-messages"
+# Changes to conversations (create, rename, delete, settings), per user id (frontend.rates).
+CHAT_CHANGES_LIMIT = "chat-changes"
 # Failed logins, per username hash and per address (accounts.throttle).
 LOGIN_FAILURES_LIMIT = "login-failures"
 # Each bulk runner's requests in flight, one key per runner (jobs.shaping).
@@ -18,6 +20,11 @@ BULK_INFLIGHT_PREFIX = "jobs:bulk:inflight:"
 def chat_user_generations(user_id: int) -> str:
     """The user's share of CHAT_ACTIVE."""
     return f"chat:generations:user:{user_id}"
+
+
+def chat_user_sockets(user_id: int) -> str:
+    """Leases of the user's open chat sockets, scored by expiry (frontend.rates)."""
+    return f"chat:sockets:user:{user_id}"
 
 
 def chat_stream(message_id: int) -> str:

@@ -7,6 +7,7 @@ Why one module of over 300 lines: pytest shares fixtures through conftest.py; th
 services (engine, Redis, daphne, Celery, the browser) and their isolation checks belong together.
 """
 
+import functools
 import inspect
 import os
 import subprocess
@@ -22,7 +23,9 @@ import redis
 from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections
+from limits.storage import RedisStorage
 
+import redisconn
 from harness.processes import ROOT, daphne_running, free_port, wait_for
 from inference.client import metric_sums
 from inference.engine import engine_client
@@ -94,6 +97,18 @@ def redis_server():
     if process is not None:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def fresh_rate_windows(redis_server):
+    """Empty every rate-limit window before each test: they are keyed by user id, and a test
+    database on SQLite hands the same ids out again, test after test, within the windows' minute."""
+    _limits_storage(redisconn.limits_storage_uri(asynchronous=False)).reset()
+
+
+@functools.cache
+def _limits_storage(uri: str) -> RedisStorage:
+    return RedisStorage(uri)
 
 
 @pytest.fixture(scope="session", autouse=True)

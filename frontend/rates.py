@@ -1,0 +1,100 @@
+"""Bounds on what one user or one socket may do, beside admission control's bounds on answers:
+
+- frames per socket (CHAT_SOCKET_FRAMES_PER_MINUTE), counted in the web process that holds the
+  socket: a socket lives in one process;
+- open sockets per user (CHAT_MAX_SOCKETS_PER_USER), across web processes: leases in a Redis
+  sorted set scored by expiry, refreshed while the socket is open, so a dead process's sockets
+  free themselves (the same shape as admission's answer slots);
+- changes to conversations per user (CHAT_CONVERSATION_CHANGES_PER_MINUTE): create, rename,
+  delete, settings, counted in Redis across processes.
+
+Past a bound the caller gets `busy` (protocol.busy) with its reason and a time to retry.
+Windows are the `limits` package's moving windows.
+"""
+
+import time
+from functools import cache
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from limits import RateLimitItemPerMinute
+from limits.aio.storage import MemoryStorage
+from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
+from limits.storage import RedisStorage
+from limits.strategies import MovingWindowRateLimiter
+
+import redisconn
+from frontend import protocol
+from redisconn import keys
+
+_SOCKET_ACQUIRE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 1 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 0
+"""
+SOCKET_LEASE_SECONDS = 60
+
+
+def _retry_after(stats_reset: float) -> float:
+    return max(1.0, stats_reset - time.time())
+
+
+@cache
+def _frame_limiter() -> AsyncMovingWindow:
+    return AsyncMovingWindow(MemoryStorage())
+
+
+async def frame_check(socket: str) -> None:
+    """Count one frame of `socket`; Refusal `busy` (socket_rate) past the per-minute bound."""
+    item = RateLimitItemPerMinute(settings.CHAT_SOCKET_FRAMES_PER_MINUTE)
+    limiter = _frame_limiter()
+    if not await limiter.hit(item, "frames", socket):
+        stats = await limiter.get_window_stats(item, "frames", socket)
+        raise protocol.busy("socket_rate", _retry_after(stats.reset_time))
+
+
+async def frame_forget(socket: str) -> None:
+    await _frame_limiter().clear(
+        RateLimitItemPerMinute(settings.CHAT_SOCKET_FRAMES_PER_MINUTE), "frames", socket
+    )
+
+
+async def socket_open(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
+    """Hold one of the user's socket slots; Refusal `busy` (user_sockets) when all are held."""
+    now = time.time()
+    refused = await r.eval(
+        _SOCKET_ACQUIRE,
+        1,
+        keys.chat_user_sockets(user_id),
+        now,
+        now + SOCKET_LEASE_SECONDS,
+        socket,
+        settings.CHAT_MAX_SOCKETS_PER_USER,
+        SOCKET_LEASE_SECONDS + 1,
+    )
+    if refused:
+        raise protocol.busy("user_sockets", settings.CHAT_BUSY_RETRY_AFTER)
+
+
+async def socket_refresh(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
+    await r.zadd(keys.chat_user_sockets(user_id), {socket: time.time() + SOCKET_LEASE_SECONDS}, xx=True)
+
+
+async def socket_close(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
+    await r.zrem(keys.chat_user_sockets(user_id), socket)
+
+
+@cache
+def _change_limiter() -> MovingWindowRateLimiter:
+    return MovingWindowRateLimiter(RedisStorage(redisconn.limits_storage_uri(asynchronous=False)))
+
+
+def change_check(*, user_id: int) -> None:
+    """Count one change to the user's conversations; Refusal `busy` (user_changes) past the bound."""
+    item = RateLimitItemPerMinute(settings.CHAT_CONVERSATION_CHANGES_PER_MINUTE)
+    limiter = _change_limiter()
+    if not limiter.hit(item, keys.CHAT_CHANGES_LIMIT, str(user_id)):
+        stats = limiter.get_window_stats(item, keys.CHAT_CHANGES_LIMIT, str(user_id))
+        raise protocol.busy("user_changes", _retry_after(stats.reset_time))
