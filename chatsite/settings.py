@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "csp",
     "accounts",
     "usage",
+    "audit",
 ]
 
 MIDDLEWARE = [

@@ -1,15 +1,20 @@
 """The read-only conversation store API (docs/store.md).
 
 Authenticated by session or `Authorization: Bearer TOKEN` with the `store.read`
-scope. Users see their own conversations; staff see everyone's and may filter by user.
+scope. Users see their own conversations. Those with the read_all_conversations permission
+may ask for another user's (`?user=NAME`), everyone's (`?all=true`) or any one conversation;
+each such read is recorded (audit) before it is answered. is_staff alone reads nothing more.
 """
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
 from apitokens.auth import user_for_request
 from apitokens.models import Scope
+from audit.models import ConversationRead
+from audit.services import conversation_read_record
 from frontend import selectors
 from frontend.http_json import ApiError, json_errors, not_found, unauthenticated
 from frontend.models import Conversation
@@ -55,8 +60,12 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
     """Conversations, newest activity first, one page at a time; filters: search, since, user (staff)."""
     user = _user(request)
     username = request.GET.get("user") or None
-    if username and not user.is_staff and username != user.get_username():
-        raise ApiError(403, "forbidden", "only staff may read other users' conversations")
+    everyone = request.GET.get("all") == "true"
+    others = everyone or (username is not None and username != user.get_username())
+    if others and not selectors.may_read_all(user):
+        raise ApiError(
+            403, "forbidden", "reading other users' conversations needs the read_all_conversations permission"
+        )
     page = _positive_int(request, "page", 1)
     size = min(_positive_int(request, "page_size", settings.CHAT_API_PAGE_SIZE), MAX_PAGE_SIZE)
     conversations = selectors.conversation_list(
@@ -64,8 +73,17 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
         search=request.GET.get("search", "").strip(),
         since=_since(request),
         owner_username=username,
-        all_users=user.is_staff,
+        all_users=others,
     ).select_related("owner")
+    if others:
+        owner = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
+        conversation_read_record(
+            reader=user,
+            owner_id=owner,
+            conversation_id=None,
+            through=ConversationRead.Through.STORE_LIST,
+            detail=request.GET.urlencode(),
+        )
     count = conversations.count()
     start = (page - 1) * size
     if start >= count and page > 1:
@@ -86,9 +104,16 @@ def conversation_detail(request: HttpRequest, conversation_id: int) -> JsonRespo
     """One conversation with every message of every version and its figures."""
     user = _user(request)
     conversations = Conversation.objects.select_related("owner")
-    if not user.is_staff:
+    if not selectors.may_read_all(user):
         conversations = conversations.filter(owner=user)
     conversation = conversations.filter(pk=conversation_id).first()
     if conversation is None:
         raise not_found("conversation")
+    if conversation.owner_id != user.pk:
+        conversation_read_record(
+            reader=user,
+            owner_id=conversation.owner_id,
+            conversation_id=conversation.pk,
+            through=ConversationRead.Through.STORE_DETAIL,
+        )
     return JsonResponse(selectors.conversation_detail(conversation))

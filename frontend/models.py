@@ -32,6 +32,9 @@ class Conversation(models.Model):
     class Meta:
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]
+        # Reading other users' conversations (store API, admin) needs this, not is_staff alone;
+        # every such read is recorded (audit.ConversationRead).
+        permissions = [("read_all_conversations", "Can read every user's conversations")]
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"

@@ -1,4 +1,5 @@
-"""Reads of the conversation store, scoped to the requesting user (staff may read all)."""
+"""Reads of the conversation store, scoped to the requesting user (those with the
+read_all_conversations permission may read all, recorded by their callers in audit)."""
 
 from datetime import datetime
 
@@ -21,7 +22,8 @@ def conversation_list(
     owner_username: str | None = None,
     all_users: bool = False,
 ) -> QuerySet[Conversation]:
-    """The user's conversations, newest first; `all_users` (staff only) widens it to everyone's.
+    """The user's conversations, newest first; `all_users` (callers check may_read_all) widens it
+    to everyone's.
 
     `search` matches the title or any message's text, case-insensitively.
     """
@@ -34,6 +36,11 @@ def conversation_list(
         matching = Message.objects.filter(content__icontains=search).values("conversation_id")
         conversations = conversations.filter(Q(title__icontains=search) | Q(pk__in=matching))
     return conversations.order_by("-updated_at", "-id")
+
+
+def may_read_all(user: AbstractBaseUser) -> bool:
+    """Whether `user` may read other users' conversations (each read is then recorded)."""
+    return user.is_active and user.has_perm("frontend.read_all_conversations")
 
 
 def since_from(raw: str) -> datetime:

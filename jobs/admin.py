@@ -220,16 +220,19 @@ class JobAdmin(admin.ModelAdmin):
     def csv_view(self, request: HttpRequest, job_id: int) -> HttpResponse:
         return self._download(request, job_id, csv_lines, "text/csv; charset=utf-8", "csv")
 
-    @staticmethod
-    def _apply(action: str, job: Job) -> str:
+    def _apply(self, request: HttpRequest, action: str, job: Job) -> str:
+        """Run an action through its service and record it in the admin's log, as creation is."""
         if action == "start":
             job = services.job_start(job=job)
-            return f"Job {job.pk} is {job.status}."
-        if action == "cancel":
+            outcome = f"Job {job.pk} is {job.status}."
+        elif action == "cancel":
             job = services.job_cancel(job=job)
-            return f"Job {job.pk} is {job.status}."
-        count = services.job_retry_failed(job=job)
-        return f"Job {job.pk}: {count} failed document(s) queued again."
+            outcome = f"Job {job.pk} is {job.status}."
+        else:
+            count = services.job_retry_failed(job=job)
+            outcome = f"Job {job.pk}: {count} failed document(s) queued again."
+        self.log_change(request, job, f"{action}: {outcome}")
+        return outcome
 
     def action_view(self, request: HttpRequest, job_id: int, action: str) -> HttpResponse:
         if request.method != "POST":
@@ -238,13 +241,13 @@ class JobAdmin(admin.ModelAdmin):
         if action not in ("start", "cancel", "retry") or not self.has_change_permission(request):
             raise PermissionDenied
         job = get_object_or_404(Job, pk=job_id)
-        self.message_user(request, self._apply(action, job), messages.SUCCESS)
+        self.message_user(request, self._apply(request, action, job), messages.SUCCESS)
         return redirect("admin:jobs_job_change", job.pk)
 
     @admin.action(description="Start selected jobs", permissions=["change"])
     def start_jobs(self, request, queryset):
         for job in queryset:
-            self.message_user(request, self._apply("start", job))
+            self.message_user(request, self._apply(request, "start", job))
 
     @admin.action(
         description="Cancel selected jobs (abort in-flight requests, keep finished results)",
@@ -252,9 +255,9 @@ class JobAdmin(admin.ModelAdmin):
     )
     def cancel_jobs(self, request, queryset):
         for job in queryset:
-            self.message_user(request, self._apply("cancel", job))
+            self.message_user(request, self._apply(request, "cancel", job))
 
     @admin.action(description="Retry failed documents of selected jobs", permissions=["change"])
     def retry_failed(self, request, queryset):
         for job in queryset:
-            self.message_user(request, self._apply("retry", job))
+            self.message_user(request, self._apply(request, "retry", job))

@@ -9,6 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client
 
 from apitokens.services import token_issue
@@ -241,12 +242,15 @@ def test_it_lists_and_searches_only_the_users_own_conversations(world):
     assert client.get("/api/conversations/", {"user": "nobody-here"}).content == refused.content
 
 
-def test_it_lets_staff_read_everyones_store_but_not_chat_in_their_conversations(world):
+def test_it_lets_readers_of_all_conversations_read_the_store_but_not_chat_in_them(world):
     staff = get_user_model().objects.create_user("ops", password="pw-ops-123456", is_staff=True)
     client = Client()
     client.force_login(staff)
+    # is_staff alone is not enough: another user's conversation reads as missing.
+    assert client.get(f"/api/conversations/{world['conversation']}/").status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="read_all_conversations"))
     assert client.get(f"/api/conversations/{world['conversation']}/").json()["owner"] == "alice"
-    # Reading is the documented staff access; the chat page and its actions stay the owner's.
+    # Reading is the documented, recorded access; the chat page and its actions stay the owner's.
     assert client.get(f"/c/{world['conversation']}/").status_code == 404
     before = snapshot()
     response = client.post(

@@ -4,9 +4,11 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from apitokens.services import token_issue
+from audit.models import ConversationRead
 from frontend import services
 from frontend.models import Conversation, Message
 
@@ -80,15 +82,31 @@ def test_it_filters_by_search_and_since(client, alice):
     assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_parameter")
 
 
-def test_it_lets_staff_read_everyone_and_filter_by_user_but_not_others(client, alice, bob):
+def test_it_lets_readers_of_all_conversations_read_everyone_and_records_it(client, alice, bob):
     theirs = conversations(bob, 1)[0]
     conversations(alice, 1)
     staff = get_user_model().objects.create_user("root", password="pw-root-12345", is_staff=True)
-    as_staff = bearer(staff)
-    assert client.get("/api/conversations/", **as_staff).json()["count"] == 2
+    # is_staff alone reads its own conversations only, the sidebar's search included.
+    assert client.get("/api/conversations/", **bearer(staff)).json()["count"] == 0
+    assert client.get("/api/conversations/?all=true", **bearer(staff)).status_code == 403
+    assert client.get(f"/api/conversations/{theirs}/", **bearer(staff)).status_code == 404
+    staff.user_permissions.add(Permission.objects.get(codename="read_all_conversations"))
+    as_staff = bearer(get_user_model().objects.get(pk=staff.pk))
+    assert client.get("/api/conversations/", **as_staff).json()["count"] == 0
+    assert client.get("/api/conversations/?all=true", **as_staff).json()["count"] == 2
     only_bob = client.get("/api/conversations/?user=bob", **as_staff).json()
     assert [(c["id"], c["owner"]) for c in only_bob["results"]] == [(theirs, "bob")]
     assert client.get(f"/api/conversations/{theirs}/", **as_staff).status_code == 200
+    reads = list(
+        ConversationRead.objects.order_by("id").values_list(
+            "reader_name", "owner__username", "conversation_id", "through"
+        )
+    )
+    assert reads == [
+        ("root", None, None, "store_list"),
+        ("root", "bob", None, "store_list"),
+        ("root", "bob", theirs, "store_detail"),
+    ]
     as_alice = bearer(alice)
     response = client.get("/api/conversations/?user=bob", **as_alice)
     assert (response.status_code, response.json()["error"]["code"]) == (403, "forbidden")

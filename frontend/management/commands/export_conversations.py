@@ -11,6 +11,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Prefetch
 
+from audit.models import ConversationRead
+from audit.services import conversation_reads_record
 from frontend import selectors
 from frontend.models import Conversation, Message
 
@@ -37,5 +39,20 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--since: {exc}") from None
         ordered = Prefetch("messages", queryset=Message.objects.order_by("created_at", "id"))
+        batch: list[Conversation] = []
         for conversation in conversations.prefetch_related(ordered).iterator(chunk_size=CHUNK):
+            batch.append(conversation)
+            if len(batch) == CHUNK:
+                self._write(batch)
+                batch = []
+        self._write(batch)
+
+    def _write(self, batch: list[Conversation]) -> None:
+        # Recorded before written, as every read of other users' conversations is (docs/security.md).
+        conversation_reads_record(
+            reader=None,
+            conversations=[(c.pk, c.owner_id) for c in batch],
+            through=ConversationRead.Through.EXPORT,
+        )
+        for conversation in batch:
             self.stdout.write(json.dumps(selectors.conversation_detail(conversation), ensure_ascii=False))
