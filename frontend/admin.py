@@ -4,13 +4,14 @@ the audit log (audit.ConversationRead) before it is answered."""
 
 from django.contrib import admin
 
+from audit.admin import RecordAdmin
 from audit.models import ConversationRead
 from audit.services import conversation_read_record
 from frontend import selectors
 from frontend.models import Conversation, Message
 
 
-class ReadOnlyAudited(admin.ModelAdmin):
+class ReadOnlyAudited(RecordAdmin):
     """Shown to readers of every conversation only; never changed here; each page recorded."""
 
     def has_module_permission(self, request) -> bool:
@@ -18,15 +19,6 @@ class ReadOnlyAudited(admin.ModelAdmin):
 
     def has_view_permission(self, request, obj=None) -> bool:
         return selectors.may_read_all(request.user)
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def _conversation_of(self, obj) -> Conversation:
         raise NotImplementedError

@@ -1,10 +1,12 @@
 from django.contrib import admin
 
+from audit.admin import RecordAdmin
 from usage.models import DailyQuota, UsageDay
 
 
 @admin.register(UsageDay)
-class UsageDayAdmin(admin.ModelAdmin):
+class UsageDayAdmin(RecordAdmin):
+    # Counted by the product as answers end; staff read them.
     list_display = [
         "day",
         "user",
@@ -19,16 +21,6 @@ class UsageDayAdmin(admin.ModelAdmin):
     date_hierarchy = "day"
     fields = list_display
     readonly_fields = list_display
-
-    # Counted by the product as answers end; staff read them, nobody edits them.
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(DailyQuota)
