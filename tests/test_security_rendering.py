@@ -17,10 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.contrib.auth import get_user_model
 
+from apitokens.services import token_issue
+from audit.services import conversation_read_record
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
 from tests.conftest import LOADS_SETTLED, log_in, running_daphne
+from usage.services import usage_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -299,3 +302,34 @@ def test_it_runs_no_payload_from_documents_in_the_admins_job_views(watched, site
     assert_nothing_ran(page)
     paths = {url.removeprefix(site).split("?")[0] for url, _ in page.documents}
     assert {"/admin/login/", "/admin/jobs/job/", "/monitoring/", "/admin/", "/"} <= paths
+
+
+def test_it_runs_no_payload_from_key_names_usage_or_the_record_of_reads(watched, site):
+    page = watched
+    root = get_user_model().objects.create_superuser("keyroot", password="pw-keyroot-1234")
+    for payload in PAYLOADS[:8]:
+        token_issue(user=root, scopes=["openai"], name=payload[:100])
+    # Usernames pass Django's validator in every form; one made straight in the database may not.
+    raw = get_user_model().objects.create(username=PAYLOADS[3][:150])
+    usage_record(user_id=raw.pk, source="api", prompt_tokens=10**6, cached_tokens=0, completion_tokens=1)
+    usage_record(user_id=root.pk, source="chat", prompt_tokens=5, cached_tokens=1, completion_tokens=2)
+    conversation_read_record(
+        reader=root, owner_id=raw.pk, conversation_id=1, through="store_detail", detail=PAYLOADS[5]
+    )
+    log_in(page, site, "keyroot", "pw-keyroot-1234", "/admin/login/")
+    for path, root_selector in [
+        ("/keys/", "main"),
+        ("/usage/", "main"),
+        ("/monitoring/", "#dashboard"),
+        ("/admin/audit/conversationread/", "#content"),
+        ("/admin/usage/usageday/", "#content"),
+    ]:
+        page.goto(site + path)
+        page.wait_for_load_state("networkidle")
+        checker = SAFE_DOM if path in ("/usage/",) else ADMIN_SAFE_DOM
+        assert page.eval_on_selector(root_selector, checker) == [], path
+    page.goto(site + "/keys/")
+    assert PAYLOADS[0][:100] in page.locator("#keys").inner_text()
+    page.goto(site + "/monitoring/")
+    assert PAYLOADS[3][:150] in page.locator("#top-users").inner_text()
+    assert_nothing_ran(page)
