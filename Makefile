@@ -1,4 +1,6 @@
 # The front door: `make run` starts the product, `make test` runs the suite.
+# Development mode unless DEBUG=false is given: the settings' own default is production (docs/security.md).
+export DEBUG ?= true
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

@@ -16,7 +16,8 @@ from chatsite.env import env_bool, env_float, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
 
-DEBUG = env_bool("DEBUG", True)
+# Production mode unless told otherwise: `make run` and `make test` set DEBUG=true for development.
+DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key-change-me")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 
@@ -282,12 +283,13 @@ if not DEBUG:
     if SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured(
             "DEBUG is off, so SECRET_KEY must be set to a random value of at least 50 characters "
-            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')."
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DEBUG=true for "
+            "development (make run and make test set it)."
         )
     if not env_list("ALLOWED_HOSTS", []):
         raise ImproperlyConfigured(
             "DEBUG is off, so ALLOWED_HOSTS must name the host names this site is served under "
-            "(comma-separated), e.g. ALLOWED_HOSTS=chat.example.com."
+            "(comma-separated), e.g. ALLOWED_HOSTS=chat.example.com, or DEBUG=true for development."
         )
 # Cookies: the session cookie is HttpOnly (Django's default); the CSRF cookie is read by the
 # chat's script to send X-CSRFToken, so it cannot be HttpOnly (it guards nothing by being secret).

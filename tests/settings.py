@@ -12,6 +12,9 @@ import importlib
 import os
 from urllib.parse import urlsplit, urlunsplit
 
+# The suite runs in development mode, as `make test` sets it, also when pytest is run directly.
+os.environ.setdefault("DEBUG", "true")
+
 from chatsite import settings as product
 from harness.processes import free_port
 

@@ -15,9 +15,21 @@ from tests.chat_client import open_chat, receive, send
 from tests.conftest import ROOT, running_daphne
 
 PRODUCTION_KEY = "k3y-for-tests-only-" + "x7Qp2Lm9Zr4Vt8Nw1Bc6Hj5Fd0Sg3Ka" * 2
-PRODUCTION = {"DEBUG": "false", "SECRET_KEY": PRODUCTION_KEY, "ALLOWED_HOSTS": "chat.example.com"}
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": PRODUCTION_KEY,
+    "ALLOWED_HOSTS": "chat.example.com",
+    "MONITORING_METRICS_TOKEN": "a-metrics-token",
+}
 # Cleared for the subprocess.
-SETTINGS_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT", "SECURE_COOKIES")
+SETTINGS_VARIABLES = (
+    "DEBUG",
+    "SECRET_KEY",
+    "ALLOWED_HOSTS",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_COOKIES",
+    "MONITORING_METRICS_TOKEN",
+)
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -38,11 +50,27 @@ def test_it_reports_nothing_on_check_deploy_with_the_production_environment():
     assert "System check identified no issues (0 silenced)." in result.stdout
 
 
-def test_it_warns_on_check_deploy_in_the_development_defaults():
-    # The contrast that shows the check is real: the default (DEBUG on) configuration is not deployable.
-    result = manage("check", "--deploy", "--fail-level", "WARNING")
+def test_it_warns_on_check_deploy_in_the_development_configuration():
+    # The contrast that shows the check is real: development mode (DEBUG on) is not deployable.
+    result = manage("check", "--deploy", "--fail-level", "WARNING", DEBUG="true")
     assert result.returncode != 0
     assert "security.W018" in result.stderr  # DEBUG on
+
+
+def test_it_is_production_mode_unless_told_otherwise():
+    # Nothing set: production mode, which refuses to start without a real key and host list.
+    result = manage("check")
+    assert result.returncode != 0
+    assert "DEBUG is off, so SECRET_KEY must be set" in result.stderr
+    assert "DEBUG=true for development" in result.stderr
+    assert manage("check", DEBUG="true").returncode == 0
+
+
+def test_it_warns_a_production_deployment_without_a_metrics_token():
+    result = manage(
+        "check", "--deploy", "--fail-level", "WARNING", **{**PRODUCTION, "MONITORING_METRICS_TOKEN": ""}
+    )
+    assert result.returncode != 0 and "monitoring.W001" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -64,11 +92,6 @@ def test_it_refuses_to_start_half_configured(tmp_path, missing, message):
     assert message in result.stderr
     # Refused while the settings load: nothing was created.
     assert not data_dir.exists()
-
-
-def test_it_starts_with_debug_on_and_no_secret_key():
-    result = manage("check")
-    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture
