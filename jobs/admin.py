@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from jobs import selectors, services
 from jobs.exports import csv_lines, jsonl_lines
 from jobs.forms import JobCreateForm
+from jobs.ingest import UploadRejected
 from jobs.models import Document, Job
 
 
@@ -173,15 +174,13 @@ class JobAdmin(admin.ModelAdmin):
                         max_summary_tokens=form.cleaned_data["max_summary_tokens"],
                         start=form.cleaned_data["start"],
                     )
-                except services.InvalidJob as exc:
+                except (services.InvalidJob, UploadRejected) as exc:
                     form.add_error(None, str(exc))
                 else:
                     self.log_addition(request, job, [{"added": {}}])
-                    failed = sum(1 for d in form.documents if d.error)
+                    total, failed = selectors.job_document_counts(job=job)
                     note = f" {failed} of them could not be read; see their errors." if failed else ""
-                    self.message_user(
-                        request, f"Job {job.pk} created with {len(form.documents)} documents.{note}"
-                    )
+                    self.message_user(request, f"Job {job.pk} created with {total} documents.{note}")
                     return redirect("admin:jobs_job_change", job.pk)
         else:
             form = JobCreateForm()

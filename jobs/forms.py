@@ -50,7 +50,7 @@ class JobCreateForm(forms.Form):
         field.initial = settings.BULK_SUMMARY_TOKENS
         field.widget.attrs["max"] = field.max_value = settings.BULK_MAX_SUMMARY_TOKENS
         field.validators.append(MaxValueValidator(settings.BULK_MAX_SUMMARY_TOKENS))
-        self.documents = []
+        self.documents = iter(())
 
     def clean_files(self):
         files = self.cleaned_data["files"]

@@ -276,7 +276,8 @@ def _csv_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
         raise UploadRejected(f"{upload.name}, row {reader.line_num}: {exc}") from None
 
 
-def _file_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+def _check_file(upload: File, limits: Limits) -> None:
+    """What one file's name and size say; its name becomes its base name."""
     name = PurePosixPath(upload.name or "").name or "upload"
     suffix = PurePosixPath(name).suffix.lower()
     if suffix not in SUFFIXES:
@@ -284,6 +285,11 @@ def _file_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
     if upload.size is not None and upload.size > limits.file_bytes and suffix != ".zip":
         raise UploadRejected(f"{name} is larger than the {_mib(limits.file_bytes)} file limit.")
     upload.name = name
+
+
+def _file_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
+    name = upload.name
+    suffix = PurePosixPath(name).suffix.lower()
     if suffix == ".zip":
         yield from _zip_documents(upload, limits)
     elif suffix == ".jsonl":
@@ -295,12 +301,17 @@ def _file_documents(upload: File, limits: Limits) -> Iterator[DocumentInput]:
         yield _document(name, _read_bounded(upload, limits.file_bytes, name))
 
 
-def documents_from_files(uploads: Iterable[File], limits: Limits | None = None) -> list[DocumentInput]:
-    """Every document in `uploads`, or UploadRejected for the first problem with the upload as a whole."""
+def documents_from_files(uploads: Iterable[File], limits: Limits | None = None) -> Iterator[DocumentInput]:
+    """Every document in `uploads`, read one at a time as the caller stores them, so an upload's
+    expansion is never held whole. What can be told from sizes and zip directories is refused here
+    (UploadRejected); the rest (the expansion as read, the count, repeated ids) while iterating, so
+    the caller stores inside a transaction that the refusal rolls back."""
     limits = limits or Limits.from_settings()
     uploads = list(uploads)
     if not uploads:
         raise UploadRejected("No files were uploaded.")
+    for upload in uploads:
+        _check_file(upload, limits)
     total = sum(u.size or 0 for u in uploads)
     if total > limits.upload_bytes:
         raise UploadRejected(f"The upload is {_mib(total)}; at most {_mib(limits.upload_bytes)} allowed.")
@@ -310,26 +321,27 @@ def documents_from_files(uploads: Iterable[File], limits: Limits | None = None) 
     declared = sum(_declared_size(u) for u in uploads)
     if declared > allowed:
         raise UploadRejected(f"The upload expands to {_mib(declared)}; at most {_mib(allowed)} allowed.")
-    documents: list[DocumentInput] = []
+    return _checked(uploads, limits)
+
+
+def _checked(uploads: list[File], limits: Limits) -> Iterator[DocumentInput]:
+    seen: set[str] = set()
     expanded = 0
     for upload in uploads:
         for document in _file_documents(upload, limits):
-            documents.append(document)
             expanded += len(document.text) + len(document.pdf or b"")
-            if expanded > allowed:
-                raise UploadRejected(f"The upload expands to more than {_mib(allowed)}.")
-            if len(documents) > limits.documents:
+            if expanded > limits.uncompressed_bytes:
+                raise UploadRejected(f"The upload expands to more than {_mib(limits.uncompressed_bytes)}.")
+            if len(seen) >= limits.documents:
                 raise UploadRejected(f"More than {limits.documents} documents in one job.")
-    return _unique(documents)
+            _refuse_repeated(document, seen)
+            yield document
 
 
-def _unique(documents: list[DocumentInput]) -> list[DocumentInput]:
-    seen: set[str] = set()
-    for document in documents:
-        if document.external_id in seen:
-            raise UploadRejected(f"The id {document.external_id!r} appears more than once.")
-        seen.add(document.external_id)
-    return documents
+def _refuse_repeated(document: DocumentInput, seen: set[str]) -> None:
+    if document.external_id in seen:
+        raise UploadRejected(f"The id {document.external_id!r} appears more than once.")
+    seen.add(document.external_id)
 
 
 def documents_from_records(records: object, limits: Limits | None = None) -> list[DocumentInput]:
@@ -339,11 +351,14 @@ def documents_from_records(records: object, limits: Limits | None = None) -> lis
         raise UploadRejected("documents must be a non-empty list of objects with id and text.")
     if len(records) > limits.documents:
         raise UploadRejected(f"More than {limits.documents} documents in one job.")
-    documents = []
+    documents: list[DocumentInput] = []
+    seen: set[str] = set()
     for index, record in enumerate(records):
         if not isinstance(record, dict):
             raise UploadRejected(f"documents[{index}]: expected an object with id and text.")
-        documents.append(
-            _record("documents", f"item {index}", _first(record, ID_COLUMNS), _first(record, TEXT_COLUMNS))
+        document = _record(
+            "documents", f"item {index}", _first(record, ID_COLUMNS), _first(record, TEXT_COLUMNS)
         )
-    return _unique(documents)
+        _refuse_repeated(document, seen)
+        documents.append(document)
+    return documents

@@ -140,6 +140,21 @@ def job_backlog(*, job_id: int) -> Backlog:
     return Backlog(next_retry_at=rows["next_retry_at"], held_elsewhere=rows["held"])
 
 
+def job_document_counts(*, job: Job) -> tuple[int, int]:
+    """(documents, failed ones) of a job."""
+    rows = job.documents.aggregate(
+        total=Count("id"), failed=Count("id", filter=Q(status=Document.Status.FAILED))
+    )
+    return rows["total"], rows["failed"]
+
+
+def job_refused_documents(*, job: Job) -> list[tuple[str, str]]:
+    """(id, error) of the job's failed documents: just after creation, those refused at upload."""
+    return list(
+        job.documents.filter(status=Document.Status.FAILED).order_by("id").values_list("external_id", "error")
+    )
+
+
 def job_documents(*, job: Job) -> Iterator[Document]:
     """The job's documents with their results, without loading the PDF bytes."""
     return (

@@ -5,6 +5,8 @@ Tasks are enqueued on commit, never before, so a worker never looks for a row th
 is not there yet.
 """
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
@@ -16,6 +18,10 @@ from jobs.claims import job_finish
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import PRESETS
+
+# Documents are written in batches of about this much text (or this many documents).
+STORE_BATCH_BYTES = 4 * 1024 * 1024
+STORE_BATCH_DOCUMENTS = 200
 
 
 class InvalidJob(Exception):
@@ -54,25 +60,29 @@ def job_check(
 def job_create(
     *,
     owner: AbstractBaseUser,
-    documents: list[DocumentInput],
+    documents: Iterable[DocumentInput],
     name: str = "",
     preset: str = Job.Preset.PARAGRAPH,
     instruction: str = "",
     max_summary_tokens: int | None = None,
     start: bool = True,
 ) -> Job:
-    """Store a job and its documents; documents refused at upload are stored failed with their error."""
+    """Store a job and its documents; documents refused at upload are stored failed with their error.
+
+    `documents` are stored as they come, a batch of at most STORE_BATCH_BYTES at a time, so an
+    upload read lazily (ingest.documents_from_files) is never in memory whole; whatever it raises
+    midway (UploadRejected) rolls the whole job back."""
     instruction, tokens = job_check(
         owner=owner, preset=preset, instruction=instruction, max_summary_tokens=max_summary_tokens
     )
-    if not documents:
-        raise InvalidJob("The job has no documents.")
     now = timezone.now()
     job = Job.objects.create(
         owner=owner, name=name[:200], preset=preset, instruction=instruction, max_summary_tokens=tokens
     )
-    Document.objects.bulk_create(
-        [
+    batch: list[Document] = []
+    size = stored = 0
+    for d in documents:
+        batch.append(
             Document(
                 job=job,
                 external_id=d.external_id[:500],
@@ -83,10 +93,14 @@ def job_create(
                 error=d.error,
                 finished_at=now if d.error else None,
             )
-            for d in documents
-        ],
-        batch_size=200,
-    )
+        )
+        size += len(d.text) + len(d.pdf or b"")
+        if size >= STORE_BATCH_BYTES or len(batch) >= STORE_BATCH_DOCUMENTS:
+            stored += len(Document.objects.bulk_create(batch))
+            batch, size = [], 0
+    stored += len(Document.objects.bulk_create(batch))
+    if not stored:
+        raise InvalidJob("The job has no documents.")
     if start:
         job = job_start(job=job)
     return job

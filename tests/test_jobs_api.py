@@ -80,8 +80,11 @@ def test_it_refuses_requests_without_a_live_jobs_token(client, staff, case):
 
 
 def test_it_lets_only_staff_submit(client):
-    user = get_user_model().objects.create_user("plain")
-    response = client.post("/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"x")]}, **bearer(user))
+    user = get_user_model().objects.create_user("plain", is_staff=True)
+    headers = bearer(user)  # issued while staff: only staff may hold the scope
+    user.is_staff = False
+    user.save()
+    response = client.post("/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"x")]}, **headers)
     assert response.status_code == 403
 
 

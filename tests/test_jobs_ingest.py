@@ -16,6 +16,11 @@ def upload(name: str, data: bytes) -> SimpleUploadedFile:
     return SimpleUploadedFile(name, data)
 
 
+def read_all(uploads: list, limits: Limits = LIMITS) -> list:
+    """Every document of an upload at once (the product reads them one at a time as it stores them)."""
+    return list(documents_from_files(uploads, limits))
+
+
 def zipped(members: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -25,7 +30,7 @@ def zipped(members: dict[str, bytes]) -> bytes:
 
 
 def test_it_reads_text_markdown_and_html():
-    docs = documents_from_files(
+    docs = read_all(
         [
             upload("a.txt", b"Plain text."),
             upload("b.md", b"# Title\n\nBody."),
@@ -44,16 +49,16 @@ def test_it_reads_text_markdown_and_html():
 
 def test_it_decodes_non_utf8_text_and_stores_valid_utf8():
     text = "Café crème, déjà vu, naïve façade, garçon, élève, où, très bien. " * 3
-    docs = documents_from_files([upload("latin.txt", text.encode("latin-1"))], LIMITS)
+    docs = read_all([upload("latin.txt", text.encode("latin-1"))], LIMITS)
     assert docs[0].error == ""
     assert "Café crème" in docs[0].text
     docs[0].text.encode("utf-8")
-    broken = documents_from_files([upload("broken.txt", b"ok \xff\xfe\xfa then more text")], LIMITS)[0]
+    broken = read_all([upload("broken.txt", b"ok \xff\xfe\xfa then more text")], LIMITS)[0]
     assert broken.error == "" and broken.text.encode("utf-8")
 
 
 def test_it_marks_empty_and_binary_files_as_failed_documents():
-    docs = documents_from_files(
+    docs = read_all(
         [upload("empty.txt", b""), upload("blank.md", b"  \n\t"), upload("bin.txt", bytes(range(256)) * 4)],
         LIMITS,
     )
@@ -65,7 +70,7 @@ def test_it_marks_empty_and_binary_files_as_failed_documents():
 
 
 def test_it_keeps_pdf_bytes_for_the_worker_and_refuses_fake_pdfs():
-    pdf, fake = documents_from_files([upload("a.pdf", b"%PDF-1.4 ..."), upload("b.pdf", b"hello")], LIMITS)
+    pdf, fake = read_all([upload("a.pdf", b"%PDF-1.4 ..."), upload("b.pdf", b"hello")], LIMITS)
     assert pdf.pdf == b"%PDF-1.4 ..." and pdf.error == ""
     assert fake.error == "The file is not a PDF."
 
@@ -74,7 +79,7 @@ def test_it_reads_a_zip_of_documents_and_reports_bad_members():
     data = zipped(
         {"one.txt": b"first", "dir/two.html": b"<p>second</p>", "three.exe": b"MZ", "four.txt": b""}
     )
-    docs = documents_from_files([upload("batch.zip", data)], LIMITS)
+    docs = read_all([upload("batch.zip", data)], LIMITS)
     assert [(d.external_id, d.text) for d in docs if not d.error] == [
         ("one.txt", "first"),
         ("dir/two.html", "second"),
@@ -88,30 +93,28 @@ def test_it_refuses_a_zip_bomb_from_its_directory_before_extracting():
     bomb = zipped({f"f{i}.txt": b"a" * 20_000 for i in range(3)})
     assert len(bomb) < 1_000
     with pytest.raises(UploadRejected, match="expands to"):
-        documents_from_files([upload("bomb.zip", bomb)], LIMITS)
+        read_all([upload("bomb.zip", bomb)], LIMITS)
     many = zipped({f"f{i}.txt": b"x" for i in range(21)})
     with pytest.raises(UploadRejected, match="21 files"):
-        documents_from_files([upload("many.zip", many)], LIMITS)
+        read_all([upload("many.zip", many)], LIMITS)
 
 
 def test_it_refuses_a_member_larger_than_the_file_limit():
-    docs = documents_from_files(
-        [upload("big.zip", zipped({"big.txt": b"a" * 10_001, "ok.txt": b"fine"}))], LIMITS
-    )
+    docs = read_all([upload("big.zip", zipped({"big.txt": b"a" * 10_001, "ok.txt": b"fine"}))], LIMITS)
     assert "file limit" in docs[0].error and docs[1].text == "fine"
 
 
 def test_it_refuses_files_and_uploads_over_the_size_limits():
     with pytest.raises(UploadRejected, match="file limit"):
-        documents_from_files([upload("big.txt", b"a" * 10_001)], LIMITS)
+        read_all([upload("big.txt", b"a" * 10_001)], LIMITS)
     with pytest.raises(UploadRejected, match="The upload is"):
-        documents_from_files([upload(f"{i}.txt", b"a" * 9_000) for i in range(12)], LIMITS)
+        read_all([upload(f"{i}.txt", b"a" * 9_000) for i in range(12)], LIMITS)
 
 
 def test_it_reads_jsonl_and_csv_with_id_and_text():
     jsonl = b'{"id": "a", "text": "Alpha"}\n\n{"id": 2, "text": "Beta"}\n{"id": "c", "text": ""}\n'
     csv_data = b'id,text\nx,Gamma\ny,"Delta, with comma"\n'
-    docs = documents_from_files([upload("in.jsonl", jsonl), upload("in.csv", csv_data)], LIMITS)
+    docs = read_all([upload("in.jsonl", jsonl), upload("in.csv", csv_data)], LIMITS)
     assert [(d.external_id, d.text, d.error) for d in docs] == [
         ("a", "Alpha", ""),
         ("2", "Beta", ""),
@@ -135,7 +138,7 @@ def test_it_reads_jsonl_and_csv_with_id_and_text():
 )
 def test_it_rejects_malformed_uploads_with_a_clear_message(name, data, message):
     with pytest.raises(UploadRejected, match=message):
-        documents_from_files([upload(name, data)], LIMITS)
+        read_all([upload(name, data)], LIMITS)
 
 
 def test_it_reads_json_records_for_the_api():

@@ -83,3 +83,27 @@ def test_many_small_archives_in_one_upload_cannot_add_up_past_the_expansion_limi
     assert Job.objects.count() == 0
     # Refused from the archives' directories: nothing was expanded in memory.
     assert peak < 5 * 1024 * 1024, f"peak {peak} bytes"
+
+
+def test_an_accepted_upload_is_stored_as_it_is_read_never_held_whole(staff, settings):
+    import tracemalloc
+
+    from jobs import services
+    from jobs.ingest import documents_from_files
+    from jobs.models import Document
+
+    # Forty archives of 1 MiB of text each: a 40 MiB expansion, accepted.
+    settings.BULK_MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
+    settings.BULK_MAX_FILE_BYTES = 2 * 1024 * 1024
+    member = b"word " * (1024 * 1024 // 5)
+    files = [SimpleUploadedFile(f"part-{i}.zip", zip_of(f"doc-{i}.txt", member)) for i in range(40)]
+    tracemalloc.start()
+    try:
+        job = services.job_create(owner=staff, documents=documents_from_files(files), start=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert Document.objects.filter(job=job).count() == 40
+    assert len(Document.objects.filter(job=job).first().text) == len(member)
+    # A few documents' worth at a time (the store's batches), far from the 40 MiB expansion.
+    assert peak < 16 * 1024 * 1024, f"peak {peak} bytes"

@@ -52,23 +52,23 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"not a file: {', '.join(missing)}")
         try:
+            # The files stay open while the job is stored: their documents are read as stored.
             with ExitStack() as stack:
                 uploads = [File(stack.enter_context(open(f, "rb")), name=f.name) for f in files]
-                documents = documents_from_files(uploads)
-            job = services.job_create(
-                owner=owner,
-                documents=documents,
-                name=name or ", ".join(f.name for f in files)[:200],
-                preset=preset,
-                instruction=instruction,
-                max_summary_tokens=max_tokens,
-            )
+                job = services.job_create(
+                    owner=owner,
+                    documents=documents_from_files(uploads),
+                    name=name or ", ".join(f.name for f in files)[:200],
+                    preset=preset,
+                    instruction=instruction,
+                    max_summary_tokens=max_tokens,
+                )
         except (UploadRejected, services.InvalidJob, PermissionDenied) as exc:
             raise CommandError(str(exc)) from exc
-        refused = [d for d in documents if d.error]
-        self.stdout.write(f"Job {job.pk}: {len(documents)} documents queued.")
-        for document in refused:
-            self.stderr.write(f"  {document.external_id}: {document.error}")
+        total, _ = selectors.job_document_counts(job=job)
+        self.stdout.write(f"Job {job.pk}: {total} documents queued.")
+        for external_id, error in selectors.job_refused_documents(job=job):
+            self.stderr.write(f"  {external_id}: {error}")
         if not wait:
             return
         job = self._watch(job, interval)
