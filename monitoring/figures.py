@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference.engine import engine_metrics
 from monitoring import metrics
+from monitoring.host import host_figures
 
 Snapshot = dict[str, float]
 
@@ -153,6 +154,7 @@ def dashboard_figures() -> dict:
             "engine_errors": web.get("chat_engine_errors_total", 0.0),
             "admissions_refused": web.get("chat_admissions_refused_total", 0.0),
         },
+        "host": host_figures(),
         "engine": {
             "up": engine is not None,
             "error": engine_error,

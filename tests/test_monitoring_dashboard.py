@@ -1,7 +1,10 @@
 """The staff dashboard: staff only, live charts from a JSON endpoint of web-tier and engine figures."""
 
 import re
+import subprocess
+import sys
 
+import psutil
 import pytest
 from django.contrib.auth import get_user_model
 
@@ -105,4 +108,66 @@ def test_it_redraws_the_charts_by_itself_in_a_browser(page, product_server, staf
     assert page.locator("figure.chart canvas").count() >= 6
     assert "engine up" in page.locator("#status").inner_text()
     assert page.locator("figure.chart .legend span").count() >= 10
+    # The product's processes on this host: the engine and this daphne at least.
+    names = page.locator("#processes tbody tr td:nth-child(2)").all_inner_texts()
+    assert any("vllm" in n for n in names) and any("daphne" in n for n in names), names
+    assert page.locator("#no-gpu").is_visible() == (host_gpus() is None)
     assert errors == []
+
+
+def host_gpus():
+    from monitoring.host import gpus
+
+    return gpus()
+
+
+def test_it_reports_the_hosts_cpu_memory_and_the_products_processes(client, staff):
+    # A process of the product's kind: its command line names daphne.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "daphne-probe"])
+    try:
+        client.force_login(staff)
+        host = client.get("/monitoring/data.json").json()["host"]
+        assert host["cpus"] == psutil.cpu_count()
+        assert 0 < host["memory_used_mib"] < host["memory_total_mib"]
+        [probe] = [p for p in host["processes"] if p["pid"] == child.pid]
+        assert "daphne-probe" in probe["name"] and probe["rss_mib"] > 1
+        assert all(set(p) == {"pid", "name", "cpu_percent", "rss_mib"} for p in host["processes"])
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_it_leaves_gpu_figures_out_without_nvml_and_reads_them_with_it(monkeypatch):
+    import pynvml
+
+    from monitoring import host
+
+    def no_driver():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_driver)
+    assert host.gpus() is None
+    # The mapping of NVML's answers, with its calls standing in for a driver this host lacks.
+    memory = type("Memory", (), {"used": 3 * 1024**3, "total": 80 * 1024**3})
+    rates = type("Rates", (), {"gpu": 57})
+    for name, value in {
+        "nvmlInit": lambda: None,
+        "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: 1,
+        "nvmlDeviceGetHandleByIndex": lambda i: f"gpu{i}",
+        "nvmlDeviceGetMemoryInfo": lambda h: memory,
+        "nvmlDeviceGetUtilizationRates": lambda h: rates,
+        "nvmlDeviceGetName": lambda h: "H200",
+        "nvmlDeviceGetTemperature": lambda h, sensor: 41,
+    }.items():
+        monkeypatch.setattr(pynvml, name, value)
+    assert host.gpus() == [
+        {
+            "index": 0,
+            "name": "H200",
+            "utilisation_percent": 57,
+            "memory_used_mib": 3072,
+            "memory_total_mib": 81920,
+            "temperature_c": 41,
+        }
+    ]

@@ -106,6 +106,36 @@
   }
 
   const charts = Array.from(root.querySelectorAll("figure.chart"), (figure) => new Chart(figure));
+
+  // Rows of text cells; textContent only, as everything the dashboard shows.
+  function fillTable(id, rows) {
+    const body = document.querySelector(`#${id} tbody`);
+    body.replaceChildren(
+      ...rows.map((cells) => {
+        const row = document.createElement("tr");
+        for (const cell of cells) {
+          const td = document.createElement("td");
+          td.textContent = cell == null ? "–" : String(cell);
+          row.append(td);
+        }
+        return row;
+      }),
+    );
+  }
+
+  function drawHost(host) {
+    fillTable(
+      "processes",
+      host.processes.map((p) => [p.pid, p.name, format(p.cpu_percent), format(p.rss_mib)]),
+    );
+    const gpus = host.gpus || [];
+    document.getElementById("gpus").hidden = host.gpus == null;
+    document.getElementById("no-gpu").hidden = host.gpus != null;
+    fillTable(
+      "gpus",
+      gpus.map((g) => [`${g.index}: ${g.name}`, g.utilisation_percent, `${g.memory_used_mib} / ${g.memory_total_mib}`, g.temperature_c]),
+    );
+  }
   const tiles = Array.from(root.querySelectorAll("[data-field]"));
 
   async function poll() {
@@ -114,6 +144,7 @@
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       const data = await response.json();
       for (const chart of charts) chart.push(data);
+      drawHost(data.host);
       for (const tile of tiles) {
         tile.textContent = tile.dataset.field
           .split(",")
