@@ -32,6 +32,7 @@ from frontend import admission, metrics, outcomes, protocol, services, streams, 
 from frontend.deadlines import AnswerTimeout, Deadlines
 from frontend.models import Message
 from frontend.protocol import Refusal
+from inference import state as engine_state
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
 from inference.prompt import PromptCounts, assemble
@@ -198,6 +199,8 @@ class Generation:
 
     async def _failed(self, r: aioredis.Redis, exc: Exception) -> None:
         status, code, detail = outcomes.failure(exc)
+        if code == "engine_unavailable":
+            detail = engine_state.unavailable_detail(await engine_state.aread(r), detail)
         if isinstance(exc, EngineError | AnswerTimeout):
             metrics.engine_error(code)
         if code == "internal_error":

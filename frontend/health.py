@@ -20,6 +20,7 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
 import redisconn
+from inference import state as engine_state
 from inference.engine import engine_client, engine_health
 from monitoring.access import may_read_health_details
 
@@ -50,7 +51,16 @@ def _redis() -> str:
     return "ok"
 
 
-CHECKS = {"database": _database, "redis": _redis, "engine": engine_health}
+def _engine() -> str:
+    """ "ok"; or, while the engine is unreachable, what its supervisor says it is doing
+    ("starting: loading the model's weights"), else the kind of failure."""
+    health = engine_health()
+    if health == "ok":
+        return health
+    return engine_state.waiting_detail(engine_state.read()) or health
+
+
+CHECKS = {"database": _database, "redis": _redis, "engine": _engine}
 
 
 def _checked(part: str) -> str:
@@ -70,9 +80,13 @@ def _answer(request: HttpRequest, status: str, code: int, details: dict) -> Json
 def healthz(request: HttpRequest) -> JsonResponse:
     checks = {part: _checked(part) for part in CHECKS}
     healthy = all(state == "ok" for state in checks.values())
+    status = "ok" if healthy else "degraded"
+    if checks["engine"].startswith("starting") or checks["engine"].startswith("restarting"):
+        others_ok = all(state == "ok" for part, state in checks.items() if part != "engine")
+        status = "starting" if others_ok else status
     # The circuit is this process's view of the engine (docs/resilience.md); informative, not a check.
     details = {**checks, "engine_circuit": engine_client().breaker.state}
-    return _answer(request, "ok" if healthy else "degraded", 200 if healthy else 503, details)
+    return _answer(request, status, 200 if healthy else 503, details)
 
 
 def live(request: HttpRequest) -> JsonResponse:

@@ -101,12 +101,33 @@ class EngineConfig:
         return env
 
 
+# What a starting server is doing, told by the first line of its output that names each step
+# (vLLM's own log lines; the newest step seen wins).
+PHASES = (
+    ("Initializing a V1 LLM engine", "starting its engine core"),
+    ("Starting to load model", "loading the model's weights"),
+    ("Loading safetensors", "loading the model's weights"),
+    ("KV cache size", "sizing its KV cache and warming up"),
+    ("Capturing CUDA graph", "capturing CUDA graphs"),
+    ("Starting vLLM API server", "opening its API"),
+    ("Application startup complete", "opening its API"),
+)
+FIRST_PHASE = "starting its server"
+
+
+def phase_of(line: str) -> str | None:
+    """The start-up step a line of the server's output announces, if any."""
+    return next((phase for marker, phase in PHASES if marker in line), None)
+
+
 class EngineProcess:
-    """The running server: its process, the tail of its output, and a health wait."""
+    """The running server: its process, the tail of its output, what it is doing while it
+    starts (`phase`), and a health wait."""
 
     def __init__(self, config: EngineConfig, output: IO[str] | None = None) -> None:
         self.config = config
         self._output = output
+        self.phase = FIRST_PHASE
         self._tail: deque[str] = deque(maxlen=40)
         self.process: subprocess.Popen | None = None
         self._pump_thread: Thread | None = None
@@ -134,16 +155,22 @@ class EngineProcess:
         assert self.process is not None and self.process.stdout is not None
         for line in self.process.stdout:
             self._tail.append(line.rstrip())
+            self.phase = phase_of(line) or self.phase
             if self._output is not None:
                 self._output.write(line)
                 self._output.flush()
 
-    def wait_healthy(self, timeout: float) -> None:
-        """Return once /health answers 200; raise EngineStartError saying why not."""
+    def wait_healthy(self, timeout: float, progress: Callable[[str], None] | None = None) -> None:
+        """Return once /health answers 200; raise EngineStartError saying why not. `progress`
+        hears each start-up step as the server announces it."""
         assert self.process is not None
         deadline = time.monotonic() + timeout
         health = self.config.url.rstrip("/") + "/health"
+        told = None
         while time.monotonic() < deadline:
+            if progress is not None and self.phase != told:
+                told = self.phase
+                progress(told)
             code = self.process.poll()
             if code is not None:
                 self._drain()
@@ -219,11 +246,14 @@ class EngineSupervisor:
         startup_timeout: float,
         log: Callable[[str], None],
         output: IO[str] | None = None,
+        on_state: Callable[[str, str], None] = lambda state, detail: None,
     ) -> None:
         self.config = config
         self.startup_timeout = startup_timeout
         self.log = log
         self.output = output
+        # Told (state, detail) as the engine goes: starting (with its step), serving, restarting.
+        self.on_state = on_state
         self.engine: EngineProcess | None = None
         self.starts = 0
 
@@ -240,6 +270,7 @@ class EngineSupervisor:
                 if time.monotonic() - started >= self.STEADY_AFTER:
                     delay = self.RESTART_DELAY_FIRST
                 self.log(f"Starting the engine again in {delay:g}s.")
+                self.on_state("restarting", f"it stopped and starts again in {delay:g} s")
                 time.sleep(delay)
                 delay = min(delay * 2, self.RESTART_DELAY_MAX)
         finally:
@@ -252,8 +283,11 @@ class EngineSupervisor:
         self.engine.start()
         self.starts += 1
         try:
-            self.engine.wait_healthy(self.startup_timeout)
+            self.engine.wait_healthy(
+                self.startup_timeout, progress=lambda phase: self.on_state("starting", phase)
+            )
             self.log(f"Engine ready at {self.config.url} serving {self.config.served_model_name}")
+            self.on_state("serving", "")
             assert self.engine.process is not None
             return exit_reason(self.engine.process.wait())
         except EngineStartError as exc:

@@ -36,6 +36,12 @@ def default_gguf_path() -> Path:
     return path
 
 
+def progress_bar(done: int, total: int, width: int = 24) -> str:
+    """`[############------------] 2/4`: how far a conversion of `total` steps is."""
+    filled = round(width * done / total)
+    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total}"
+
+
 def prepare_default_model(target: Path, report: Callable[[str], None]) -> Path:
     """Convert the packaged GGUF into a bf16 checkpoint at `target`; idempotent."""
     if is_prepared(target):
@@ -45,15 +51,15 @@ def prepare_default_model(target: Path, report: Callable[[str], None]) -> Path:
     steps = 4
     started = time.monotonic()
 
-    def step(n: int, text: str) -> None:
-        report(f"[{n}/{steps}] {text} ({time.monotonic() - started:.0f}s)")
+    def step(done: int, text: str) -> None:
+        report(f"{progress_bar(done, steps)} {text} ({time.monotonic() - started:.0f}s)")
 
-    step(1, f"Reading tokenizer from {gguf.name}")
+    step(0, f"Reading tokenizer from {gguf.name}")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    step(2, "Dequantizing weights to bf16")
+    step(1, "Dequantizing weights to bf16")
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     # transformers refuses to save a model it loaded from GGUF while it still
     # carries the GGUF quantizer; the weights are already dequantized.
@@ -61,7 +67,7 @@ def prepare_default_model(target: Path, report: Callable[[str], None]) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
 
-    step(3, f"Writing checkpoint to {target}")
+    step(2, f"Writing checkpoint to {target}")
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -69,6 +75,7 @@ def prepare_default_model(target: Path, report: Callable[[str], None]) -> Path:
     tokenizer.save_pretrained(staging)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+    step(3, "Checkpoint written")
     (target / READY_MARKER).write_text(gguf.name + "\n")
     step(4, "Done")
     return target

@@ -30,6 +30,7 @@ from frontend.deadlines import AnswerTimeout, Deadlines
 from frontend.generation import cache_salt_for
 from frontend.models import Message
 from frontend.protocol import Refusal
+from inference import state as engine_state
 from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
 from logcontext import bind_log_context
 from openai_api import protocol
@@ -126,6 +127,8 @@ class ApiAnswer:
             raise
         except Exception as exc:
             status, error_code, note = outcomes.failure(exc)
+            if error_code == "engine_unavailable":
+                note = engine_state.unavailable_detail(await engine_state.aread(r), note)
             if isinstance(exc, EngineError | AnswerTimeout):
                 metrics.engine_error(error_code)
             if error_code == "internal_error":

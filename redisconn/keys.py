@@ -1,6 +1,7 @@
 """Every Redis key, channel and rate-limit namespace the product uses.
 
 chat:  written by the web tier (frontend/); the bulk runner reads CHAT_ACTIVE to give way.
+inference:  written by the engine's supervisor (runinference), read by the web tier.
 jobs:  written and read by bulk job runners (jobs/).
 Rate limits are kept by the `limits` package under its own prefix, in these namespaces.
 """
@@ -25,6 +26,11 @@ def chat_user_generations(user_id: int) -> str:
 def chat_user_sockets(user_id: int) -> str:
     """Leases of the user's open chat sockets, scored by expiry (frontend.rates)."""
     return f"chat:sockets:user:{user_id}"
+
+
+def engine_state(url: str) -> str:
+    """What the engine at `url` is doing, as its supervisor says (inference.state)."""
+    return f"inference:state:{url}"
 
 
 def chat_stream(message_id: int) -> str:

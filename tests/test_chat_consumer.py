@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
@@ -146,3 +147,23 @@ async def test_it_refuses_a_second_answer_in_the_same_conversation_while_one_run
     done = await communicator.receive_json_from(timeout=5)
     assert (done["type"], done["status"]) == ("chat.done", "stopped")
     await communicator.disconnect()
+
+
+async def test_it_says_the_engine_is_starting_when_it_cannot_be_reached_while_it_loads(users, monkeypatch):
+    from inference import state
+
+    fake = FakeEngine([], fail_with=EngineError("The engine is not reachable.", code="engine_unavailable"))
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    await database_sync_to_async(state.publish)("starting", "sizing its KV cache and warming up")
+    communicator = await connected(users[0])
+    try:
+        await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "Hi"})
+        closing = (await until_closed(communicator))[-1]
+    finally:
+        await communicator.disconnect()
+        await database_sync_to_async(state.publish)("serving", "")
+    assert closing["code"] == "engine_unavailable"
+    assert (
+        closing["detail"]
+        == "The engine is starting: sizing its KV cache and warming up; try again in a moment."
+    )

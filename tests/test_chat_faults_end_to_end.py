@@ -117,8 +117,16 @@ def test_the_engine_comes_back_by_itself_after_an_out_of_memory_kill_while_the_w
     engine_states = [status["engine"] for status in health.statuses]
     assert any(state != "ok" for state in engine_states)
     assert engine_states[-1] == "ok"
+    # While it came back, /healthz said what it was doing, as runinference told it, not an error.
+    assert any(state.startswith(("starting: ", "restarting: ")) for state in engine_states), set(
+        engine_states
+    )
     assert all(status["database"] == "ok" for status in health.statuses)
     assert "The engine stopped: killed by SIGKILL" in log.read_text()
+    # The chat was told the same: refusals while it loaded say it is on its way up.
+    assert any(
+        f["detail"].startswith(("The engine is starting", "The engine is restarting")) for f in refusals
+    )
 
 
 async def stalling_server() -> tuple[asyncio.Server, str]:

@@ -35,3 +35,11 @@ def test_it_prepares_the_default_model_once():
     call_command("prepare_model", stdout=out)
     assert "already prepared" in out.getvalue()
     assert (target / "config.json").exists() and (target / "tokenizer.json").exists()
+
+
+def test_it_draws_the_conversions_progress_as_a_bar():
+    from inference.model import progress_bar
+
+    assert progress_bar(0, 4, width=8) == "[--------] 0/4"
+    assert progress_bar(1, 4, width=8) == "[##------] 1/4"
+    assert progress_bar(4, 4, width=8) == "[########] 4/4"

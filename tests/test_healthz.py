@@ -75,3 +75,19 @@ def fresh_checks():
     health._cache.clear()
     yield
     health._cache.clear()
+
+
+def test_it_says_what_a_starting_engine_is_doing_instead_of_an_error(client, settings):
+    from inference import state
+
+    settings.INFERENCE_URL = "http://127.0.0.1:1"
+    state.publish("starting", "loading the model's weights")
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["engine"]) == ("starting", "starting: loading the model's weights")
+    assert client.get("/healthz/ready").json()["engine"] == "starting: loading the model's weights"
+    # Serving, or a state for another engine's address, is no excuse: the failure shows.
+    state.publish("serving", "")
+    health._cache.clear()
+    assert client.get("/healthz").json()["engine"].startswith("error: ")

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 
 from harness.processes import free_port, wait_for
-from inference.launcher import EngineConfig, EngineProcess, EngineStartError, EngineSupervisor
+from inference.launcher import EngineConfig, EngineProcess, EngineStartError, EngineSupervisor, phase_of
 
 
 def flag(command: list[str], name: str) -> str:
@@ -100,9 +100,15 @@ def test_it_refuses_a_model_that_is_neither_a_directory_nor_a_hub_id():
 # core, writes the worker's pid, then serves /health until killed, or exits at once with
 # EXIT_AT_ONCE set.
 FAKE_SERVER = """
-import http.server, os, subprocess, sys
+import http.server, os, subprocess, sys, time
 if os.environ.get("EXIT_AT_ONCE"):
     sys.exit(3)
+if os.environ.get("ANNOUNCE_STEPS"):
+    # vLLM's own lines, each held long enough for the supervisor's half-second look.
+    for line in ["(Worker pid=1) INFO [cpu_model_runner.py:68] Starting to load model /m...",
+                 "(EngineCore pid=2) INFO [kv_cache_utils.py:2327] CPU KV cache size: 46,592 tokens"]:
+        print(line, flush=True)
+        time.sleep(1.2)
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(os.environ["WORKER_PID_FILE"], "a") as pids:
     pids.write(f"{worker.pid}\\n")
@@ -202,3 +208,47 @@ def test_the_supervisor_serves_again_after_a_kill(tmp_path, monkeypatch):
     workers = [int(pid) for pid in (tmp_path / "workers").read_text().split()]
     assert len(workers) == 2
     wait_for(lambda: not any(alive(pid) for pid in workers), 10, "every worker to be gone")
+
+
+def test_the_supervisor_tells_each_start_up_step_then_serving(tmp_path, monkeypatch):
+    supervisor, lines = supervised(tmp_path, monkeypatch, 0.1, ANNOUNCE_STEPS="1")
+    states = []
+    supervisor.on_state = lambda state, detail: states.append((state, detail))
+
+    def stop_once_ready():
+        wait_for(lambda: ("serving", "") in states, 30, "the server to serve")
+        os.kill(supervisor.engine.process.pid, signal.SIGKILL)
+
+    stopper = Thread(target=stop_once_ready)
+    stopper.start()
+    supervisor.run(until=lambda: True)
+    stopper.join()
+    assert states == [
+        ("starting", "starting its server"),
+        ("starting", "loading the model's weights"),
+        ("starting", "sizing its KV cache and warming up"),
+        ("serving", ""),
+    ]
+
+
+@pytest.mark.parametrize(
+    "line, phase",
+    [
+        (
+            "(EngineCore pid=32017) INFO 12-01 10:10:18 [core.py:133] Initializing a V1 LLM engine (v0.32.0)",
+            "starting its engine core",
+        ),
+        (
+            "Loading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]",
+            "loading the model's weights",
+        ),
+        (
+            "(EngineCore pid=1) INFO [kv_cache_utils.py:2327] CPU KV cache size: 46,592 tokens",
+            "sizing its KV cache and warming up",
+        ),
+        ("(APIServer pid=1) INFO:     Application startup complete.", "opening its API"),
+        ("(APIServer pid=1) WARNING [system_utils.py:255] Found ulimit of 20000", None),
+    ],
+)
+def test_it_reads_the_start_up_step_from_the_servers_own_lines(line, phase):
+    assert phase_of(line) == phase

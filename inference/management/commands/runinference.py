@@ -4,6 +4,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from inference import state
 from inference.launcher import EngineConfig, EngineStartError, EngineSupervisor
 
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
             startup_timeout=settings.INFERENCE_STARTUP_TIMEOUT,
             log=self._log,
             output=sys.stdout,
+            on_state=state.publish,
         )
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
@@ -35,6 +37,8 @@ class Command(BaseCommand):
             supervisor.run()
         except EngineStartError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            state.publish("stopped", "its supervisor stopped")
 
     def _log(self, line: str) -> None:
         self.stdout.write(line)
