@@ -40,6 +40,21 @@ class Conversation(models.Model):
         return self.title or f"Conversation {self.pk}"
 
 
+class SharedLink(models.Model):
+    """A read-only link to a snapshot of one version of a conversation, taken when it was made:
+    later turns and other versions never show through it. Its owner revokes it."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="shared_links")
+    token = models.CharField(max_length=64, unique=True)
+    # {"title": ..., "messages": [{"role", "content"}, ...]}: the shown version's path.
+    snapshot = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"share of {self.conversation_id} ({'revoked' if self.revoked_at else 'live'})"
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         USER = "user"

@@ -8,7 +8,7 @@ from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import get_current_timezone, is_naive, make_aware
 
-from frontend.models import Conversation, Message
+from frontend.models import Conversation, Message, SharedLink
 
 # Stopped answers count (the user saw them); failed or empty ones do not.
 _PROMPT_STATUSES = (Message.Status.COMPLETE, Message.Status.STOPPED)
@@ -140,6 +140,32 @@ def conversation_summary(conversation: Conversation) -> dict:
         "updated_at": conversation.updated_at.isoformat(),
         "settings": conversation_settings(conversation),
     }
+
+
+def conversation_path(conversation: Conversation) -> list[Message]:
+    """The version the conversation shows: its messages from the root to the current leaf."""
+    if conversation.current_leaf_id is None:
+        return []
+    messages = {m.pk: m for m in conversation.messages.all()}
+    leaf = messages.get(conversation.current_leaf_id)
+    return message_path(message=leaf, messages=messages) if leaf is not None else []
+
+
+def conversation_markdown(conversation: Conversation) -> str:
+    """The shown version as a Markdown document: title, system prompt, then each turn."""
+    parts = [f"# {conversation.title or 'Conversation'}", ""]
+    if conversation.system_prompt:
+        parts += ["**System prompt**", "", conversation.system_prompt, ""]
+    for message in conversation_path(conversation):
+        heading = "User" if message.role == Message.Role.USER else "Assistant"
+        status = "" if message.status == Message.Status.COMPLETE else f" ({message.status})"
+        parts += [f"## {heading}{status}", "", message.content, ""]
+    return "\n".join(parts)
+
+
+def shared_link_get(*, token: str) -> SharedLink | None:
+    """A live shared link by its token; revoked and unknown ones read alike."""
+    return SharedLink.objects.filter(token=token, revoked_at=None).first()
 
 
 def conversation_detail(conversation: Conversation) -> dict:

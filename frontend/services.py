@@ -5,6 +5,7 @@ Why one module of about 300 lines: every write to the store is here, so the rule
 a conversation tree consistent (ownership, parents, the shown leaf, settings bounds) are
 checked in one place; each function is short and independent."""
 
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 import redisconn
 from frontend import selectors
-from frontend.models import Conversation, Message
+from frontend.models import Conversation, Message, SharedLink
 from frontend.protocol import Refusal
 from redisconn import keys
 
@@ -295,6 +296,29 @@ def conversation_rename(*, user: AbstractBaseUser, conversation_id: int, title: 
     # A rename is not activity: the list keeps its order.
     Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
     return conversation
+
+
+def conversation_share(*, user: AbstractBaseUser, conversation_id: int) -> SharedLink:
+    """A read-only link to the version shown now: a snapshot of its finished messages."""
+    conversation = _owned_conversation(user, conversation_id)
+    path = [
+        {"role": m.role, "content": m.content}
+        for m in selectors.conversation_path(conversation)
+        if m.content and m.status != Message.Status.GENERATING
+    ]
+    if not path:
+        raise Refusal("invalid_field", "there is nothing to share in this conversation yet")
+    return SharedLink.objects.create(
+        conversation=conversation,
+        token=secrets.token_urlsafe(24),
+        snapshot={"title": conversation.title, "messages": path},
+    )
+
+
+def conversation_unshare(*, user: AbstractBaseUser, conversation_id: int) -> int:
+    """Revoke every live link to the conversation; how many there were."""
+    conversation = _owned_conversation(user, conversation_id)
+    return conversation.shared_links.filter(revoked_at=None).update(revoked_at=timezone.now())
 
 
 def conversation_delete(*, user: AbstractBaseUser, conversation_id: int) -> None:

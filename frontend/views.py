@@ -4,12 +4,15 @@ The actions are for the logged-in browser (session and CSRF token); the API for
 programs is frontend.api (store) and frontend.http_stream (chat).
 """
 
+import json
+
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from frontend import protocol, rates, selectors, services
 from frontend.http_json import check_csrf, json_errors, read_json, unauthenticated
@@ -115,3 +118,53 @@ def conversation_show(request: HttpRequest, data: dict, conversation_id: int) ->
         user=request.user, conversation_id=conversation_id, message_id=message_id
     )
     return JsonResponse({"current_leaf": leaf.pk})
+
+
+@_browser_action
+def conversation_share(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    """A read-only link to a snapshot of the version shown now."""
+    rates.change_check(user_id=request.user.pk)
+    link = services.conversation_share(user=request.user, conversation_id=conversation_id)
+    url = request.build_absolute_uri(reverse("shared", args=[link.token]))
+    return JsonResponse({"url": url, "created_at": link.created_at.isoformat()}, status=201)
+
+
+@_browser_action
+def conversation_unshare(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    """Revoke every link to the conversation: they answer 404 from now on."""
+    count = services.conversation_unshare(user=request.user, conversation_id=conversation_id)
+    return JsonResponse({"revoked": count})
+
+
+@login_required
+@require_GET
+def conversation_export(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """The conversation as a file: `?format=md` (the version shown) or `json` (every version)."""
+    conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)
+    if conversation is None:
+        raise Http404("No such conversation")
+    kind = request.GET.get("format", "md")
+    if kind == "json":
+        body = json.dumps(selectors.conversation_detail(conversation), ensure_ascii=False, indent=2)
+        response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    elif kind == "md":
+        response = HttpResponse(
+            selectors.conversation_markdown(conversation), content_type="text/markdown; charset=utf-8"
+        )
+    else:
+        return HttpResponse("format must be md or json\n", status=400, content_type="text/plain")
+    response["Content-Disposition"] = f'attachment; filename="conversation-{conversation.pk}.{kind}"'
+    return response
+
+
+@require_GET
+def shared(request: HttpRequest, token: str) -> HttpResponse:
+    """A shared snapshot, for anyone with the link; nothing else of the owner's is reachable."""
+    link = selectors.shared_link_get(token=token)
+    if link is None:
+        raise Http404("No such shared conversation")
+    response = render(
+        request, "frontend/shared.html", {"snapshot": link.snapshot, "shared_at": link.created_at}
+    )
+    response["X-Robots-Tag"] = "noindex"
+    return response

@@ -2,7 +2,9 @@
 // (connection.js), wired together here. Frames are those of docs/protocol.md.
 import { Connection } from "./connection.js";
 import * as http from "./http.js";
+import { setUpConversationMenu } from "./conversation-menu.js";
 import { setUpSettings } from "./settings.js";
+import { setUpShortcuts } from "./shortcuts.js";
 import * as sidebar from "./sidebar.js";
 import { ChatState } from "./state.js";
 import { ChatView } from "./view.js";
@@ -41,6 +43,8 @@ const settingsDialog = setUpSettings(limits, {
     state.conversation.settings = conversation.settings;
   },
 });
+
+const conversationMenu = setUpConversationMenu({ conversation: () => state.conversation });
 
 // ---- the conversation --------------------------------------------------------
 
@@ -173,7 +177,21 @@ prompt.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); send(); }
 });
 document.getElementById("stop").addEventListener("click", stop);
-document.addEventListener("keydown", (event) => { if (event.key === "Escape" && !settingsDialog.isOpen()) stop(); });
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && !settingsDialog.isOpen() && !conversationMenu.isOpen()) stop();
+});
+setUpShortcuts({
+  newChat() { location.assign("/"); },
+  focusSearch() { document.getElementById("search").focus(); },
+  copyLast() {
+    const last = state.tree.path().filter((m) => m.role === "assistant").pop();
+    if (last) navigator.clipboard.writeText(last.content || "").then(() => view.showStatus("Copied the last answer."), () => {});
+  },
+  regenerateLast() {
+    const last = state.tree.path().filter((m) => m.role === "assistant").pop();
+    if (last) regenerate(last.id);
+  },
+});
 document.addEventListener("visibilitychange", () => {
   if (!document.hidden) document.title = document.title.replace(/^✓ /, "");
 });

@@ -19,6 +19,13 @@ function figures(message) {
   return parts.join(" · ") || "No figures for this answer.";
 }
 
+// The prefix cache's share of the prompt, at a glance beside each finished answer.
+function cachedGlance(message) {
+  const usage = message.usage || {};
+  if (usage.prompt_tokens == null || usage.cached_tokens == null) return "";
+  return "⚡ " + usage.cached_tokens + "/" + usage.prompt_tokens + " cached";
+}
+
 function statusLine(message) {
   if (message.role !== "assistant" || message.status === "complete" || message.status === "generating") return "";
   return [message.status, message.note].filter(Boolean).join(" · ");
@@ -95,6 +102,11 @@ export class ChatView {
       info.textContent = figures(tree.get(message.id));
       info.hidden = !info.hidden;
     }));
+    const cached = document.createElement("span");
+    cached.className = "cached";
+    cached.title = "Prompt tokens the engine's prefix cache served";
+    cached.textContent = cachedGlance(message);
+    tools.appendChild(cached);
     el.append(body, meta, tools, info);
     return el;
   }

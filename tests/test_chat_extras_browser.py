@@ -1,0 +1,94 @@
+"""What people notice, in Chromium: the cached share of each answer at a glance, export, a read-only
+share link and its revocation, keyboard shortcuts, and dark mode (following the system, or chosen)."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
+
+from frontend import services
+from tests.conftest import log_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+DARK_BACKGROUND = "rgb(23, 24, 28)"
+
+
+def stored_conversation(user):
+    turn = services.chat_turn_start(user=user, conversation_id=None, content="Name a colour.")
+    services.message_finish(
+        message_id=turn.assistant_message_id,
+        content="**Blue**, as the sky.",
+        status="complete",
+        prompt_tokens=120,
+        cached_tokens=96,
+        completion_tokens=7,
+    )
+    return turn.conversation_id
+
+
+def test_it_shows_the_cache_exports_and_shares_read_only_until_revoked(page, browser, product_server):
+    user = get_user_model().objects.create_user("ivy", password="pw-ivy-123456")
+    conversation = stored_conversation(user)
+    log_in(page, product_server, "ivy", "pw-ivy-123456")
+    page.goto(f"{product_server}/c/{conversation}/")
+    expect(page.locator(".message.assistant .cached")).to_have_text("⚡ 96/120 cached")
+
+    page.click("#open-conversation-menu")
+    with page.expect_download() as download:
+        page.click("#export-md")
+    text = open(download.value.path(), encoding="utf-8").read()
+    assert text.startswith("# Name a colour.") and "**Blue**, as the sky." in text
+
+    page.click("#share-create")
+    expect(page.locator("#share-url")).not_to_have_value("")
+    url = page.input_value("#share-url")
+    stranger = browser.new_context()
+    try:
+        shared = stranger.new_page()
+        assert shared.goto(url).status == 200
+        expect(shared.locator("#messages .message")).to_have_count(2)
+        expect(shared.locator("#messages .assistant strong")).to_have_text("Blue")
+        assert shared.locator("#conversation-list, #prompt").count() == 0  # nothing else of the owner's
+        page.click("#share-revoke")
+        expect(page.locator("#share-note")).to_contain_text("Stopped")
+        assert shared.goto(url).status == 404
+    finally:
+        stranger.close()
+
+
+def test_it_lists_and_obeys_the_keyboard_shortcuts(page, product_server):
+    user = get_user_model().objects.create_user("jon", password="pw-jon-123456")
+    conversation = stored_conversation(user)
+    log_in(page, product_server, "jon", "pw-jon-123456")
+    page.goto(f"{product_server}/c/{conversation}/")
+    page.keyboard.press("Control+/")
+    expect(page.locator("#shortcuts-dialog")).to_be_visible()
+    assert page.locator("#shortcuts-dialog dt").count() >= 5
+    expect(page.locator("#shortcuts-dialog")).to_contain_text("Copy the last answer")
+    page.click("#shortcuts-close")
+    page.keyboard.press("Control+k")
+    expect(page.locator("#search")).to_be_focused()
+    page.keyboard.press("Control+Shift+O")
+    page.wait_for_url(product_server + "/")
+
+
+def test_it_follows_the_systems_dark_mode_and_remembers_a_chosen_theme(browser, product_server):
+    get_user_model().objects.create_user("kim", password="pw-kim-123456")
+    context = browser.new_context(color_scheme="dark")
+    try:
+        page = context.new_page()
+        log_in(page, product_server, "kim", "pw-kim-123456")
+        background = "() => getComputedStyle(document.body).backgroundColor"
+        assert page.evaluate(background) == DARK_BACKGROUND  # "auto" follows the system
+        expect(page.locator("#theme")).to_have_text("Theme: auto")
+        page.click("#theme")  # dark
+        page.click("#theme")  # light
+        expect(page.locator("#theme")).to_have_text("Theme: light")
+        assert page.evaluate(background) != DARK_BACKGROUND
+        page.reload()
+        assert page.evaluate("() => document.documentElement.dataset.theme") == "light"
+        assert page.evaluate(background) != DARK_BACKGROUND
+        page.click("#theme")  # auto again
+        assert page.evaluate("() => document.documentElement.dataset.theme") is None
+        assert page.evaluate(background) == DARK_BACKGROUND
+    finally:
+        context.close()
