@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 
 from apitokens.services import token_issue
 from audit.services import conversation_read_record
+from frontend import services
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
@@ -304,7 +305,7 @@ def test_it_runs_no_payload_from_documents_in_the_admins_job_views(watched, site
     assert {"/admin/login/", "/admin/jobs/job/", "/monitoring/", "/admin/", "/"} <= paths
 
 
-def test_it_runs_no_payload_from_key_names_usage_or_the_record_of_reads(watched, site):
+def test_it_runs_no_payload_from_shared_pages_key_names_usage_or_the_record_of_reads(watched, site):
     page = watched
     root = get_user_model().objects.create_superuser("keyroot", password="pw-keyroot-1234")
     for payload in PAYLOADS[:8]:
@@ -316,8 +317,12 @@ def test_it_runs_no_payload_from_key_names_usage_or_the_record_of_reads(watched,
     conversation_read_record(
         reader=root, owner_id=raw.pk, conversation_id=1, through="store_detail", detail=PAYLOADS[5]
     )
+    turn = services.chat_turn_start(user=root, conversation_id=None, content=PAYLOADS[6])
+    services.message_finish(message_id=turn.assistant_message_id, content=CORPUS, status="complete")
+    link = services.conversation_share(user=root, conversation_id=turn.conversation_id)
     log_in(page, site, "keyroot", "pw-keyroot-1234", "/admin/login/")
     for path, root_selector in [
+        (f"/s/{link.token}/", "#messages"),
         ("/keys/", "main"),
         ("/usage/", "main"),
         ("/monitoring/", "#dashboard"),
@@ -326,8 +331,11 @@ def test_it_runs_no_payload_from_key_names_usage_or_the_record_of_reads(watched,
     ]:
         page.goto(site + path)
         page.wait_for_load_state("networkidle")
-        checker = SAFE_DOM if path in ("/usage/",) else ADMIN_SAFE_DOM
+        checker = SAFE_DOM if path == "/usage/" or path.startswith("/s/") else ADMIN_SAFE_DOM
         assert page.eval_on_selector(root_selector, checker) == [], path
+    page.goto(f"{site}/s/{link.token}/")
+    page.wait_for_selector("#messages[data-rendered='2']", state="attached")  # the payloads were drawn
+    assert PAYLOADS[6] in page.locator("#messages .user").inner_text()
     page.goto(site + "/keys/")
     assert PAYLOADS[0][:100] in page.locator("#keys").inner_text()
     page.goto(site + "/monitoring/")
