@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 import redisconn
 from frontend import metrics, protocol, rates, selectors, services, socket_auth, streams
-from frontend.generation import RUNNING, answer_start
+from frontend.generation import answer_start, answer_stop
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.engine import engine_client
@@ -220,12 +220,4 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def chat_stop(self, frame: dict) -> None:
         """Stop an answer of this user, from whichever tab or process it runs in."""
-        message_id = protocol.id_field(frame, "message")
-        message = await self._owned_message(message_id)
-        if message.status != Message.Status.GENERATING:
-            raise Refusal("not_running", "that answer is not being generated", message=message_id)
-        generation = RUNNING.get(message_id)
-        if generation is not None:
-            generation.stop("user")
-        else:
-            await streams.request_stop(redisconn.client(), message_id)
+        await answer_stop(user=self.user, message_id=protocol.id_field(frame, "message"))

@@ -28,7 +28,7 @@ from django.conf import settings
 from redis.exceptions import RedisError, ResponseError
 
 import redisconn
-from frontend import admission, metrics, outcomes, protocol, services, streams, watcher
+from frontend import admission, metrics, outcomes, protocol, selectors, services, streams, watcher
 from frontend.deadlines import AnswerTimeout, Deadlines
 from frontend.models import Message
 from frontend.protocol import Refusal
@@ -312,3 +312,18 @@ async def answer_start(
     # a thread of that view's call, which is gone once the view returns.
     contextvars.Context().run(generation.start)
     return generation
+
+
+async def answer_stop(*, user, message_id: int) -> None:
+    """Stop one of the user's answers, from whichever tab or web process it runs in: a direct
+    call here, a message on its stop channel elsewhere. Refusal `not_found` / `not_running`."""
+    message = await database_sync_to_async(selectors.message_get)(user=user, message_id=message_id)
+    if message is None:
+        raise Refusal("not_found", "no such message", message=message_id)
+    if message.status != Message.Status.GENERATING:
+        raise Refusal("not_running", "that answer is not being generated", message=message_id)
+    generation = RUNNING.get(message_id)
+    if generation is not None:
+        generation.stop("user")
+    else:
+        await streams.request_stop(redisconn.client(), message_id)

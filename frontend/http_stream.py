@@ -1,34 +1,47 @@
-"""`POST /chat/stream`: one chat answer as Server-Sent Events.
+"""`POST /chat/stream`: one chat answer as Server-Sent Events; `GET /chat/stream?message=ID` resumes
+one; `POST /chat/stop` stops one. The chat page falls back to these where WebSockets are blocked.
 
 The answer is generated exactly as for the WebSocket: admission, a stored turn, a
 `Generation` task publishing frames to the answer's Redis stream (frontend.streams).
-This view follows that stream and writes each frame as an SSE event:
+These views follow that stream and write each frame as an SSE event (docs/store.md):
 
-    data: {"token": "..."}                       one per delta
-    data: {"done": true, "conversation": ..., "message": ..., "usage": {...}, ...}
+    data: {"started": true, "conversation": ..., "message": ..., "user_message": ...}
+    id: 0
+    data: {"token": "..."}                       one per delta; `id` is its seq
+    data: {"done": true, "conversation": ..., "message": ..., "usage": {...}, "content": ...}
     data: [DONE]
 
-daphne serves the response from the event loop, so no thread is held per stream.
-An HTTP client cannot resume, so one that goes away stops its answer (stored as stopped).
-Failures before the first token are plain JSON errors with a status (docs/store.md);
-later ones arrive as a `data: {"error": {...}}` event before `[DONE]`.
+A client that goes away stops reading, not the answer (as over the WebSocket): it resumes
+with `GET /chat/stream?message=ID` and `Last-Event-ID` (the last seq it has), and stops an
+answer explicitly with `POST /chat/stop`. daphne serves the response from the event loop,
+so no thread is held per stream. Failures before the first token are plain JSON errors with
+a status; later ones arrive as a `data: {"error": {...}}` event before `[DONE]`.
 """
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
+from channels.db import database_sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 import redisconn
 from apitokens.auth import auser_for_request, bearer_token
 from apitokens.models import Scope
-from frontend import protocol, services, streams
-from frontend.generation import Generation, answer_start
-from frontend.http_json import ApiError, check_csrf, json_errors, read_json, refused, unauthenticated
+from frontend import protocol, selectors, services, streams
+from frontend.generation import answer_start, answer_stop
+from frontend.http_json import (
+    ApiError,
+    check_csrf,
+    json_errors,
+    not_found,
+    read_json,
+    refused,
+    unauthenticated,
+)
+from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.engine import engine_client
 
@@ -38,9 +51,8 @@ class EventStreamResponse(StreamingHttpResponse):
 
     When the client goes away, Django closes the response's outer iterator, but not the
     iterator wrapped inside it: that one is left to the garbage collector, which may
-    finalize it seconds later or only at its next cycle collection, so the answer ran
-    on for nobody. Iterating ours under `aclosing` closes it, and its `finally` stops the
-    answer, at once."""
+    finalize it seconds later or only at its next cycle collection. Iterating ours under
+    `aclosing` closes it, and its `finally` lets go of the answer's stream, at once."""
 
     async def __aiter__(self):
         async with aclosing(self._iterator) as parts:
@@ -48,86 +60,161 @@ class EventStreamResponse(StreamingHttpResponse):
                 yield self.make_bytes(part)
 
 
-def sse_event(payload: dict | str) -> bytes:
+def sse_event(payload: dict | str, event_id: int | None = None) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    return f"data: {data}\n\n".encode()
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}data: {data}\n\n".encode()
 
 
-def _as_event(frame: dict, turn: services.Turn) -> dict:
-    ids = {"conversation": turn.conversation_id, "message": turn.assistant_message_id}
+def event_stream(events: AsyncIterator[bytes]) -> EventStreamResponse:
+    return EventStreamResponse(
+        events,
+        content_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _as_event(frame: dict, ids: dict) -> tuple[dict, int | None]:
+    """A protocol frame as an SSE event, and its id (a token's seq)."""
     if frame["type"] == "chat.token":
-        return {"token": frame["text"]}
+        return {"token": frame["text"]}, frame["seq"]
     if frame["type"] == "chat.error":
-        return {"error": {"code": frame["code"], "detail": frame["detail"]}, **ids}
+        fields = {k: frame[k] for k in ("status", "content", "retry_after") if k in frame}
+        return {"error": {"code": frame["code"], "detail": frame["detail"]}, **ids, **fields}, None
     return {
         "done": True,
         **ids,
-        "user_message": turn.user_message_id,
         "status": frame["status"],
         "finish_reason": frame["finish_reason"],
         "usage": frame["usage"],
         "ttft_ms": frame["ttft_ms"],
         "note": frame.get("note", ""),
-    }
+        "content": frame.get("content", ""),
+    }, None
 
 
-def _check_request(data: dict) -> tuple[str, int | None]:
-    prompt = protocol.content_field(data, "prompt")
-    return prompt, protocol.id_field(data, "conversation", nullable=True, required=False)
-
-
-async def _events(first: dict, frames: AsyncIterator[dict], generation: Generation) -> AsyncIterator[bytes]:
+async def _events(first: dict | None, frames: AsyncIterator[dict], ids: dict) -> AsyncIterator[bytes]:
+    """The answer's frames as SSE, from `first` (the one already read) to the closing one."""
     try:
-        frame = first
-        while True:
-            yield sse_event(_as_event(frame, generation.turn))
+        frame = first if first is not None else await anext(frames, None)
+        while frame is not None:
+            yield sse_event(*_as_event(frame, ids))
             if frame["type"] in protocol.TERMINAL:
                 break
-            frame = await anext(frames)
+            frame = await anext(frames, None)
         yield sse_event("[DONE]")
     finally:
-        # Django cancels this iterator when the client disconnects; the request ends
-        # once the stopped answer is stored.
-        if not generation.task.done():
-            generation.stop("disconnect")
-        await asyncio.wait([generation.task])
+        # The client went away, or the answer ended: stop following. The answer itself goes on
+        # until it ends or is stopped; the client resumes it with Last-Event-ID.
         await frames.aclose()
 
 
-@csrf_exempt
-@json_errors
-async def chat_stream(request: HttpRequest) -> StreamingHttpResponse:
-    """Store the prompt, generate the answer, and stream it as SSE."""
-    if request.method != "POST":
-        raise ApiError(405, "method_not_allowed", "use POST")
+def _turn_request(data: dict) -> tuple:
+    """What kind of turn the body asks for: (start_turn, its arguments)."""
+    if "messages" in data:
+        sampling = {name: data[name] for name in ("temperature", "max_tokens") if name in data}
+        return services.chat_turn_from_messages, {"messages": data["messages"], "settings_data": sampling}
+    if "regenerate" in data:
+        return services.chat_turn_regenerate, {"message_id": protocol.id_field(data, "regenerate")}
+    if "edit" in data:
+        return services.chat_turn_edit, {
+            "message_id": protocol.id_field(data, "edit"),
+            "content": protocol.content_field(data, "prompt"),
+        }
+    return services.chat_turn_start, {
+        "content": protocol.content_field(data, "prompt"),
+        "conversation_id": protocol.id_field(data, "conversation", nullable=True, required=False),
+        "parent_id": protocol.id_field(data, "parent", nullable=True, required=False),
+    }
+
+
+async def _writer(request: HttpRequest):
+    """The user of a request that changes something: by token (chat scope), or by session with CSRF."""
     user = await auser_for_request(request, Scope.CHAT)
     if user is None:
         raise unauthenticated()
     # auser_for_request never falls back to the session when a bearer header is sent.
     check_csrf(request, by_token=bearer_token(request) is not None)
-    # JSON may spell a character in up to six bytes (\\uXXXX).
-    prompt, conversation_id = _check_request(
-        read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 + 1024)
-    )
-    generation = await answer_start(
-        user=user,
-        engine=engine_client(),
-        start_turn=services.chat_turn_start,
-        conversation_id=conversation_id,
-        content=prompt,
-    )
+    return user
+
+
+@csrf_exempt
+@json_errors
+async def chat_stream(request: HttpRequest) -> HttpResponse:
+    """POST: store the prompt, generate the answer, and stream it. GET: resume an answer."""
+    if request.method == "GET":
+        return await _resume(request)
+    if request.method != "POST":
+        raise ApiError(405, "method_not_allowed", "use POST to ask, GET to resume")
+    user = await _writer(request)
+    # JSON may spell a character in up to six bytes (\\uXXXX); a message list holds many.
+    data = read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 * 8 + 1024)
+    start_turn, arguments = _turn_request(data)
+    generation = await answer_start(user=user, engine=engine_client(), start_turn=start_turn, **arguments)
     frames = streams.follow(redisconn.client(), generation.message_id)
     try:
         first = await anext(frames)
     except BaseException:
-        generation.stop("disconnect")
         await frames.aclose()
         raise
     if first["type"] == "chat.error":
         await frames.aclose()
         raise refused(Refusal(first["code"], first["detail"], retry_after=first.get("retry_after")))
-    return EventStreamResponse(
-        _events(first, frames, generation),
-        content_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    turn = generation.turn
+    ids = {"conversation": turn.conversation_id, "message": turn.assistant_message_id}
+
+    async def events() -> AsyncIterator[bytes]:
+        yield sse_event({"started": True, **ids, "user_message": turn.user_message_id})
+        async with aclosing(_events(first, frames, {**ids, "user_message": turn.user_message_id})) as rest:
+            async for event in rest:
+                yield event
+
+    return event_stream(events())
+
+
+def _last_seen(request: HttpRequest) -> int:
+    """The seq to resume after: Last-Event-ID (as EventSource sends it) or `after`; -1 for all."""
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "-1"
+    try:
+        after = int(raw)
+    except ValueError:
+        raise ApiError(400, "invalid_field", "Last-Event-ID / 'after' must be a token seq") from None
+    if after < -1:
+        raise ApiError(400, "invalid_field", "Last-Event-ID / 'after' must be a token seq")
+    return after
+
+
+async def _resume(request: HttpRequest) -> HttpResponse:
+    user = await auser_for_request(request, Scope.CHAT)
+    if user is None:
+        raise unauthenticated()
+    raw = request.GET.get("message", "")
+    if not raw.isdigit() or int(raw) < 1:
+        raise ApiError(400, "invalid_field", "'message' must be a positive integer id")
+    message_id, after = int(raw), _last_seen(request)
+    message = await database_sync_to_async(selectors.message_get)(user=user, message_id=message_id)
+    if message is None or message.role != Message.Role.ASSISTANT:
+        raise not_found("message")
+    ids = {"conversation": message.conversation_id, "message": message.pk, "user_message": message.parent_id}
+    r = redisconn.client()
+    if message.status == Message.Status.GENERATING or await streams.exists(r, message_id):
+        return event_stream(_events(None, streams.follow(r, message_id, after), ids))
+
+    async def ended() -> AsyncIterator[bytes]:
+        # Its stream is gone: the stored answer, whole, as its closing event.
+        yield sse_event(_as_event(protocol.closing(message), ids)[0])
+        yield sse_event("[DONE]")
+
+    return event_stream(ended())
+
+
+@csrf_exempt
+@json_errors
+async def chat_stop(request: HttpRequest) -> JsonResponse:
+    """Stop one of the user's answers, wherever it runs: `{"message": ID}`."""
+    if request.method != "POST":
+        raise ApiError(405, "method_not_allowed", "use POST")
+    user = await _writer(request)
+    message_id = protocol.id_field(read_json(request, max_bytes=1024), "message")
+    await answer_stop(user=user, message_id=message_id)
+    return JsonResponse({"stopping": message_id}, status=202)

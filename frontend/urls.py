@@ -15,6 +15,7 @@ urlpatterns = [
     path("c/<int:conversation_id>/export", views.conversation_export, name="conversation-export"),
     path("s/<str:token>/", views.shared, name="shared"),
     path("chat/stream", http_stream.chat_stream, name="chat-stream"),
+    path("chat/stop", http_stream.chat_stop, name="chat-stop"),
     path("api/conversations/", api.conversation_list, name="api-conversations"),
     path("api/conversations/<int:conversation_id>/", api.conversation_detail, name="api-conversation"),
     path("healthz", health.healthz, name="healthz"),

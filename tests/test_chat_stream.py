@@ -2,6 +2,7 @@
 
 import json
 import time
+from collections.abc import Iterator
 from contextlib import aclosing
 
 import httpx
@@ -60,34 +61,39 @@ async def test_it_streams_one_event_per_delta_then_the_summary_then_done(alice, 
     assert response["Cache-Control"] == "no-cache"
     assert response["X-Accel-Buffering"] == "no"
     text = await body_of(response)
-    events = text.split("\n\n")
-    assert events[-1] == ""
-    assert all(e.startswith("data: ") and "\n" not in e for e in events[:-1])
-    payloads = [e.removeprefix("data: ") for e in events[:-1]]
+    assert text.endswith("\n\n")
+    events = text.split("\n\n")[:-1]
+    # One `data:` line each; tokens carry their seq as the event id, for Last-Event-ID.
+    assert events[1:4] == [
+        'id: 0\ndata: {"token":"Hel"}',
+        'id: 1\ndata: {"token":"lo"}',
+        'id: 2\ndata: {"token":" \\"you\\"\\n"}',
+    ]
+    payloads = [e.split("data: ", 1)[1] for e in events]
     assert payloads[-1] == "[DONE]"
-    assert [json.loads(p) for p in payloads[:3]] == [{"token": "Hel"}, {"token": "lo"}, {"token": ' "you"\n'}]
-    done = json.loads(payloads[3])
+    started, done = json.loads(payloads[0]), json.loads(payloads[4])
     message = await Message.objects.aget(pk=done["message"])
+    ids = {"conversation": message.conversation_id, "message": message.pk, "user_message": message.parent_id}
+    assert started == {"started": True, **ids}
     assert done == {
         "done": True,
-        "conversation": message.conversation_id,
-        "message": message.pk,
-        "user_message": message.parent_id,
+        **ids,
         "status": "complete",
         "finish_reason": "stop",
         "usage": {"prompt_tokens": 10, "cached_tokens": 0, "completion_tokens": 3},
         "ttft_ms": done["ttft_ms"],
         "note": "",
+        "content": 'Hello "you"\n',
     }
     assert (message.status, message.content) == ("complete", 'Hello "you"\n')
-    assert len(payloads) == 5
+    assert len(payloads) == 6
 
 
 async def test_it_continues_a_conversation_and_answers_another_users_as_missing(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine(["ok"]))
     headers = await token_headers(alice)
     first = await body_of(await post({"prompt": "One"}, headers))
-    conversation = json.loads(first.split("\n\n")[1].removeprefix("data: "))["conversation"]
+    conversation = json.loads(first.split("\n\n")[0].removeprefix("data: "))["conversation"]
     await body_of(await post({"prompt": "Two", "conversation": conversation}, headers))
     assert await Message.objects.filter(conversation_id=conversation).acount() == 4
     bob = await get_user_model().objects.acreate(username="bob")
@@ -106,7 +112,7 @@ async def test_it_continues_a_conversation_and_answers_another_users_as_missing(
         ({"prompt": "  "}, 400, "invalid_field"),
         ({"prompt": "hi", "conversation": "3"}, 400, "invalid_field"),
         ({"prompt": "x" * 20_000}, 413, "too_large"),
-        ("x" * 200_000, 413, "too_large"),
+        ("x" * 800_000, 413, "too_large"),
     ],
 )
 async def test_it_answers_bad_input_with_a_json_error(alice, monkeypatch, body, status, code):
@@ -132,7 +138,8 @@ async def test_it_needs_a_session_with_csrf_or_a_token_with_the_chat_scope(alice
     junk = {"Authorization": "Bearer junk"}
     response = await client.post("/chat/stream", {"prompt": "hi"}, "application/json", headers=junk)
     assert response.status_code == 401
-    assert (await client.get("/chat/stream")).status_code == 405
+    assert (await client.put("/chat/stream")).status_code == 405
+    assert (await client.get("/chat/stream")).status_code == 400  # a resume names its answer
 
 
 async def test_it_answers_409_while_the_conversation_is_still_answering(alice, monkeypatch):
@@ -155,7 +162,7 @@ async def test_it_answers_503_when_the_engine_is_unreachable_before_the_first_to
 async def test_it_ends_with_an_error_event_when_the_engine_fails_mid_answer(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine(["par", "tial"], fail_with=EngineError("gone", code="engine_error")))
     text = await body_of(await post({"prompt": "hi"}, await token_headers(alice)))
-    payloads = [e.removeprefix("data: ") for e in text.split("\n\n")[:-1]]
+    payloads = [e.split("data: ", 1)[1] for e in text.split("\n\n")[1:-1]]
     assert [json.loads(p) for p in payloads[:2]] == [{"token": "par"}, {"token": "tial"}]
     assert json.loads(payloads[2])["error"] == {"code": "engine_error", "detail": "gone"}
     assert payloads[3] == "[DONE]"
@@ -180,42 +187,93 @@ def test_it_streams_the_real_engines_tokens_as_they_are_made(product_server, dja
             if line.startswith("data: "):
                 arrivals.append(time.monotonic())
                 events.append(line.removeprefix("data: "))
-    assert events[-1] == "[DONE]"
-    tokens = [json.loads(e)["token"] for e in events[:-2]]
+    assert events[-1] == "[DONE]" and json.loads(events[0])["started"] is True
+    tokens = [json.loads(e)["token"] for e in events[1:-2]]
     done = json.loads(events[-2])
     assert len(tokens) >= 5
     assert done["status"] == "complete" and done["usage"]["completion_tokens"] >= len(tokens) - 1
     # Incremental: the first and last tokens did not arrive together.
-    assert arrivals[len(tokens) - 1] - arrivals[0] > 0.05
+    assert arrivals[len(tokens)] - arrivals[1] > 0.05
     assert Message.objects.get(pk=done["message"]).content == "".join(tokens)
 
 
-def test_it_stops_the_answer_when_the_client_goes_away(product_server, django_user_model):
-    user = django_user_model.objects.create_user("fred", password="pw-fred-12345")
-    conversation = Conversation.objects.create(owner=user, max_tokens=400, min_tokens=400)
-    tokens = 0
-    with httpx.stream(
+def sse_events(response) -> Iterator[tuple[int | None, dict | str]]:
+    """(id, data) of each event of an SSE response, as they arrive."""
+    event_id = None
+    for line in response.iter_lines():
+        if line.startswith("id: "):
+            event_id = int(line.removeprefix("id: "))
+        elif line.startswith("data: "):
+            data = line.removeprefix("data: ")
+            yield event_id, data if data == "[DONE]" else json.loads(data)
+            event_id = None
+
+
+def long_answer(base: str, user):
+    """An answer streamed over HTTP that runs 400 tokens by construction, in a new conversation."""
+    conversation = Conversation.objects.create(owner=user, max_tokens=400, min_tokens=400, temperature=0)
+    return httpx.stream(
         "POST",
-        product_server + "/chat/stream",
+        base + "/chat/stream",
         json={
             "prompt": "Write a very long essay about the history of bread.",
             "conversation": conversation.pk,
         },
         headers=bearer(user),
         timeout=120,
-    ) as response:
-        for line in response.iter_lines():
-            tokens += line.startswith('data: {"token"')
-            if tokens == 3:
+    )
+
+
+def test_it_keeps_the_answer_when_the_client_goes_away_and_resumes_it_from_the_last_event(
+    product_server, django_user_model
+):
+    user = django_user_model.objects.create_user("fred", password="pw-fred-12345")
+    seen: list[tuple[int, str]] = []
+    with long_answer(product_server, user) as response:
+        for event_id, data in sse_events(response):
+            if "started" in data:
+                message = data["message"]
+            elif "token" in data:
+                seen.append((event_id, data["token"]))
+            if len(seen) == 3:
                 break
-    answer = Message.objects.get(conversation=conversation, role="assistant")
-    deadline = time.monotonic() + 20
-    while answer.status == "generating" and time.monotonic() < deadline:
-        time.sleep(0.2)
-        answer.refresh_from_db()
-    assert answer.status == "stopped"
-    assert answer.finish_reason == "abort"
-    assert answer.content
+    assert [seq for seq, _ in seen] == [0, 1, 2]
+    # Gone, not stopped: it resumes after the last event seen, as EventSource would ask.
+    rest, done = [], None
+    with httpx.stream(
+        "GET",
+        f"{product_server}/chat/stream?message={message}",
+        headers={**bearer(user), "Last-Event-ID": "2"},
+        timeout=120,
+    ) as response:
+        assert response.status_code == 200
+        for event_id, data in sse_events(response):
+            if data == "[DONE]":
+                break
+            if "token" in data:
+                rest.append((event_id, data["token"]))
+            else:
+                done = data
+    assert rest[0][0] == 3 and [seq for seq, _ in rest] == list(range(3, 3 + len(rest)))
+    assert done["status"] == "complete" and done["usage"]["completion_tokens"] == 400
+    assert done["content"] == "".join(text for _, text in seen + rest)
+    assert Message.objects.get(pk=message).content == done["content"]
+
+
+def test_it_stops_an_answer_only_when_asked(product_server, django_user_model):
+    user = django_user_model.objects.create_user("gus", password="pw-gus-123456")
+    with long_answer(product_server, user) as response:
+        events = sse_events(response)
+        message = next(events)[1]["message"]
+        next(events)  # a first token: it runs
+        stop = httpx.post(f"{product_server}/chat/stop", json={"message": message}, headers=bearer(user))
+        assert stop.status_code == 202
+        *_, (_, closing), (_, last) = list(events)
+    assert last == "[DONE]" and closing["status"] == "stopped" and closing["finish_reason"] == "abort"
+    answer = Message.objects.get(pk=message)
+    assert (answer.status, answer.content) == ("stopped", closing["content"])
+    again = httpx.post(f"{product_server}/chat/stop", json={"message": message}, headers=bearer(user))
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "not_running")
 
 
 async def test_it_answers_429_with_retry_after_past_the_users_concurrent_answers(
@@ -252,3 +310,59 @@ async def test_it_closes_the_event_iterator_as_soon_as_the_response_is_closed():
         async for _ in content:
             break
     assert closed == [True], "the answer's events were left to the garbage collector"
+
+
+async def test_it_takes_a_whole_message_list_with_sampling_settings_as_a_new_conversation(alice, monkeypatch):
+    engine = use_engine(monkeypatch, FakeEngine(["ok"]))
+    body = {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "How are you?"},
+        ],
+        "temperature": 0.2,
+        "max_tokens": 64,
+    }
+    text = await body_of(await post(body, await token_headers(alice)))
+    started = json.loads(text.split("\n\n")[0].removeprefix("data: "))
+    conversation = await Conversation.objects.aget(pk=started["conversation"])
+    assert (conversation.system_prompt, conversation.temperature, conversation.max_tokens) == (
+        "Be brief.",
+        0.2,
+        64,
+    )
+    [request] = engine.requests
+    assert [m["content"] for m in request.messages] == ["Be brief.", "Hi", "Hello.", "How are you?"]
+    assert (request.temperature, request.max_tokens) == (0.2, 64)
+    bad = await post(
+        {"messages": [{"role": "assistant", "content": "no question"}]}, await token_headers(alice)
+    )
+    assert (bad.status_code, json.loads(bad.content)["error"]["code"]) == (400, "invalid_field")
+    hot = await post(
+        {"messages": [{"role": "user", "content": "x"}], "temperature": 9}, await token_headers(alice)
+    )
+    assert hot.status_code == 400
+
+
+async def test_it_regenerates_and_edits_and_resumes_a_finished_answer_from_the_store(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine(["v", "2"]))
+    headers = await token_headers(alice)
+    first = await body_of(await post({"prompt": "Hi"}, headers))
+    started = json.loads(first.split("\n\n")[0].removeprefix("data: "))
+    again = await body_of(await post({"regenerate": started["message"]}, headers))
+    edited = await body_of(await post({"edit": started["user_message"], "prompt": "Hello"}, headers))
+    assert await Message.objects.filter(conversation_id=started["conversation"]).acount() == 5
+    assert all('"done":true' in body for body in (again, edited))
+    async with ThreadSensitiveContext():
+        resumed = await AsyncClient().get(f"/chat/stream?message={started['message']}", headers=headers)
+    payloads = [e.split("data: ", 1)[1] for e in (await body_of(resumed)).split("\n\n")[:-1]]
+    # Its frames again while its stream lasts (then the stored answer alone), closing as it closed.
+    assert payloads[-1] == "[DONE]"
+    assert json.loads(payloads[-2])["content"] == "v2" and json.loads(payloads[-2])["status"] == "complete"
+    bob = await get_user_model().objects.acreate(username="bob")
+    async with ThreadSensitiveContext():
+        theirs = await AsyncClient().get(
+            f"/chat/stream?message={started['message']}", headers=await token_headers(bob)
+        )
+    assert theirs.status_code == 404

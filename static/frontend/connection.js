@@ -3,6 +3,16 @@
 // and go out in order once it opens, so a message typed as the page loads, or during a
 // reconnect, is not lost. What to resend after a reconnect (resuming an answer) is the
 // caller's, in onOpen, which runs before the outbox is emptied.
+//
+// Where the socket cannot open at all (a proxy that blocks WebSockets), the chat goes on over
+// HTTP (http-transport.js): after FALLBACK_AFTER tries in a row that never opened, the same frames go
+// through `POST /chat/stream` and come back as Server-Sent Events.
+import { HttpTransport } from "./http-transport.js";
+
+const FALLBACK_AFTER = 3;
+// A socket a proxy holds open without ever upgrading it counts as one that failed.
+const OPEN_TIMEOUT_MS = 8000;
+
 export class Connection {
   constructor(path, { onOpen, onFrame, onLost, onLoggedOut }) {
     this.path = path;
@@ -10,21 +20,37 @@ export class Connection {
     this.socket = null;
     this.outbox = [];
     this.retryDelay = 500;
+    this.neverOpened = 0; // tries in a row that never opened
+    this.http = null; // the HTTP transport, once the socket has been given up
+  }
+
+  useHttp() {
+    this.http = new HttpTransport(this.handlers);
+    this.handlers.onOpen();
+    while (this.outbox.length) this.http.send(this.outbox.shift());
   }
 
   open() {
+    if (this.http) return;
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const socket = new WebSocket(scheme + location.host + this.path);
     this.socket = socket;
+    let opened = false;
+    const timer = setTimeout(() => { if (!opened) socket.close(); }, OPEN_TIMEOUT_MS);
     socket.addEventListener("open", () => {
+      opened = true;
+      clearTimeout(timer);
+      this.neverOpened = 0;
       this.retryDelay = 500;
       this.handlers.onOpen();
       while (this.outbox.length) this.send(this.outbox.shift());
     });
     socket.addEventListener("message", (event) => this.handlers.onFrame(JSON.parse(event.data)));
     socket.addEventListener("close", (event) => {
+      clearTimeout(timer);
       // 4401: the session no longer logs the user in (logout, expiry, account change); reconnecting cannot succeed.
       if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
+      if (!opened && ++this.neverOpened >= FALLBACK_AFTER) { this.useHttp(); return; }
       this.handlers.onLost();
       setTimeout(() => this.open(), this.retryDelay);
       this.retryDelay = Math.min(this.retryDelay * 2, 10000);
@@ -33,6 +59,7 @@ export class Connection {
 
   // Sends now, or queues until the socket is open; returns whether it went out now.
   send(frame) {
+    if (this.http) return this.http.send(frame);
     if (this.socket && this.socket.readyState === WebSocket.OPEN) {
       this.socket.send(JSON.stringify(frame));
       return true;
