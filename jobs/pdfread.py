@@ -36,6 +36,11 @@ async def _read_bounded(stream: asyncio.StreamReader, limit: int, *, cut: bool =
     return b"".join(chunks)
 
 
+async def _discard(stream: asyncio.StreamReader) -> None:
+    while await stream.read(64 * 1024):
+        pass
+
+
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
     try:
         stdin.write(data)
@@ -62,21 +67,29 @@ async def pdf_text(data: bytes, seconds: float, *, cpu_seconds: float | None = N
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+    io = [
+        asyncio.create_task(_feed(process.stdin, data)),
+        asyncio.create_task(_read_bounded(process.stdout, limit)),
+        asyncio.create_task(_read_bounded(process.stderr, STDERR_BYTES, cut=True)),
+    ]
     try:
         async with asyncio.timeout(seconds):
-            _, out, err = await asyncio.gather(
-                _feed(process.stdin, data),
-                _read_bounded(process.stdout, limit),
-                _read_bounded(process.stderr, STDERR_BYTES, cut=True),
-            )
+            _, out, err = await asyncio.gather(*io)
             await process.wait()
     except TimeoutError:
         raise DocumentError(f"Reading the PDF took longer than {seconds:g} s.") from None
     except TooMuchOutput:
         raise DocumentError("The PDF's text is larger than the file limit allows.") from None
     finally:
+        # A failed read leaves the others running: end them before the pipes are read to their end.
+        for task in io:
+            task.cancel()
+        await asyncio.gather(*io, return_exceptions=True)
         if process.returncode is None:
             process.kill()
+            # asyncio reports the exit only once every pipe has reached its end, and a pipe left
+            # unread with a full buffer never does: read both to the end (the child is dead).
+            await asyncio.gather(_discard(process.stdout), _discard(process.stderr))
             await process.wait()
     if process.returncode == -signal.SIGXCPU:
         raise DocumentError(f"Reading the PDF used more than {cpu} s of CPU time.")
