@@ -40,6 +40,24 @@ class Conversation(models.Model):
         return self.title or f"Conversation {self.pk}"
 
 
+class ConversationDocument(models.Model):
+    """A file's text attached to a conversation: it sits in the prompt right after the system
+    prompt on every turn, where the engine's prefix cache serves it (frontend.documents)."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="documents")
+    name = models.CharField(max_length=255)
+    text = models.TextField()
+    # What it adds to the prompt, counted by the engine when it was attached.
+    tokens = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class SharedLink(models.Model):
     """A read-only link to a snapshot of one version of a conversation, taken when it was made:
     later turns and other versions never show through it. Its owner revokes it."""

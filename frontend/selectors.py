@@ -1,6 +1,7 @@
 """Reads of the conversation store, scoped to the requesting user (those with the
 read_all_conversations permission may read all, recorded by their callers in audit)."""
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -8,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import get_current_timezone, is_naive, make_aware
 
-from frontend.models import Conversation, Message, SharedLink
+from frontend.models import Conversation, ConversationDocument, Message, SharedLink
 
 # Stopped answers count (the user saw them); failed or empty ones do not.
 _PROMPT_STATUSES = (Message.Status.COMPLETE, Message.Status.STOPPED)
@@ -142,6 +143,31 @@ def conversation_summary(conversation: Conversation) -> dict:
     }
 
 
+def preamble(system_prompt: str, documents: Iterable[tuple[str, str]]) -> str:
+    """The system message: the system prompt, then each attached document, named. It opens every
+    turn's prompt unchanged, so the engine's prefix cache serves it after the first turn."""
+    blocks = [system_prompt] if system_prompt else []
+    documents = list(documents)
+    if documents:
+        blocks.append("The user attached these documents to the conversation:")
+        blocks += [f'<document name="{name}">\n{text}\n</document>' for name, text in documents]
+    return "\n\n".join(blocks)
+
+
+def conversation_preamble(conversation: Conversation) -> str:
+    return preamble(conversation.system_prompt, conversation.documents.values_list("name", "text"))
+
+
+def document_as_dict(document: ConversationDocument) -> dict:
+    return {
+        "id": document.pk,
+        "name": document.name,
+        "tokens": document.tokens,
+        "text": document.text,
+        "created_at": document.created_at.isoformat(),
+    }
+
+
 def conversation_path(conversation: Conversation) -> list[Message]:
     """The version the conversation shows: its messages from the root to the current leaf."""
     if conversation.current_leaf_id is None:
@@ -156,6 +182,8 @@ def conversation_markdown(conversation: Conversation) -> str:
     parts = [f"# {conversation.title or 'Conversation'}", ""]
     if conversation.system_prompt:
         parts += ["**System prompt**", "", conversation.system_prompt, ""]
+    for document in conversation.documents.all():
+        parts += [f"**Document: {document.name}** ({document.tokens} tokens)", "", document.text, ""]
     for message in conversation_path(conversation):
         heading = "User" if message.role == Message.Role.USER else "Assistant"
         status = "" if message.status == Message.Status.COMPLETE else f" ({message.status})"
@@ -173,5 +201,6 @@ def conversation_detail(conversation: Conversation) -> dict:
     return {
         **conversation_summary(conversation),
         "current_leaf": conversation.current_leaf_id,
+        "documents": [document_as_dict(d) for d in conversation.documents.all()],
         "messages": [message_as_dict(m) for m in conversation.messages.all()],
     }

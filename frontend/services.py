@@ -74,10 +74,17 @@ def _refuse_if_busy(conversation: Conversation, messages: Iterable[Message] | No
         )
 
 
-def _answer(conversation: Conversation, user_message: Message, earlier: list[Message] | None = None) -> Turn:
+def _answer(
+    conversation: Conversation,
+    user_message: Message,
+    earlier: list[Message] | None = None,
+    *,
+    new: bool = False,
+) -> Turn:
     """Add an empty assistant answer to `user_message` and show it.
 
-    `earlier`, the path down to the user message's parent when the caller has it, saves a query."""
+    `earlier`, the path down to the user message's parent when the caller has it, saves a query;
+    so does `new` (a conversation made in this call has no documents yet)."""
     assistant = Message.objects.create(
         conversation=conversation,
         parent=user_message,
@@ -91,7 +98,7 @@ def _answer(conversation: Conversation, user_message: Message, earlier: list[Mes
         conversation_id=conversation.pk,
         user_message_id=user_message.pk,
         assistant_message_id=assistant.pk,
-        system_prompt=conversation.system_prompt,
+        system_prompt=conversation.system_prompt if new else selectors.conversation_preamble(conversation),
         history=(
             selectors.conversation_history(leaf=user_message)
             if earlier is None
@@ -106,7 +113,12 @@ def _answer(conversation: Conversation, user_message: Message, earlier: list[Mes
 
 
 def _ask(
-    conversation: Conversation, parent: Message | None, content: str, earlier: list[Message] | None = None
+    conversation: Conversation,
+    parent: Message | None,
+    content: str,
+    earlier: list[Message] | None = None,
+    *,
+    new: bool = False,
 ) -> Turn:
     if not conversation.title:
         conversation.title = _title_from(content)
@@ -114,7 +126,7 @@ def _ask(
     user_message = Message.objects.create(
         conversation=conversation, parent=parent, role=Message.Role.USER, content=content
     )
-    return _answer(conversation, user_message, earlier)
+    return _answer(conversation, user_message, earlier, new=new)
 
 
 @transaction.atomic
@@ -133,7 +145,7 @@ def chat_turn_start(
         conversation = Conversation.objects.create(
             owner=user, system_prompt=settings.CHAT_SYSTEM_PROMPT, title=_title_from(content)
         )
-        return _ask(conversation, None, content, earlier=[])
+        return _ask(conversation, None, content, earlier=[], new=True)
     conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
     if conversation is None:
         raise _missing("conversation")
@@ -357,6 +369,13 @@ def conversation_unshare(*, user: AbstractBaseUser, conversation_id: int) -> int
     """Revoke every live link to the conversation; how many there were."""
     conversation = _owned_conversation(user, conversation_id)
     return conversation.shared_links.filter(revoked_at=None).update(revoked_at=timezone.now())
+
+
+def conversation_document_remove(*, user: AbstractBaseUser, conversation_id: int, document_id: int) -> None:
+    """Take a document out of the conversation: the next turn's prompt no longer holds it."""
+    conversation = _owned_conversation(user, conversation_id)
+    if not conversation.documents.filter(pk=document_id).delete()[0]:
+        raise _missing("document")
 
 
 def conversation_delete(*, user: AbstractBaseUser, conversation_id: int) -> None:

@@ -13,6 +13,12 @@ urlpatterns = [
     path("c/<int:conversation_id>/share", views.conversation_share, name="conversation-share"),
     path("c/<int:conversation_id>/unshare", views.conversation_unshare, name="conversation-unshare"),
     path("c/<int:conversation_id>/export", views.conversation_export, name="conversation-export"),
+    path("c/<int:conversation_id>/documents", views.document_attach, name="document-attach"),
+    path(
+        "c/<int:conversation_id>/documents/<int:document_id>/remove",
+        views.document_remove,
+        name="document-remove",
+    ),
     path("s/<str:token>/", views.shared, name="shared"),
     path("chat/stream", http_stream.chat_stream, name="chat-stream"),
     path("chat/stop", http_stream.chat_stop, name="chat-stop"),

@@ -6,6 +6,7 @@ programs is frontend.api (store) and frontend.http_stream (chat).
 
 import json
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -14,9 +15,10 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from frontend import protocol, rates, selectors, services
-from frontend.http_json import check_csrf, json_errors, read_json, unauthenticated
+from frontend import documents, protocol, rates, selectors, services
+from frontend.http_json import ApiError, check_csrf, json_errors, read_json, unauthenticated
 from frontend.services import TEMPERATURE_BOUNDS
+from inference.engine import engine_client
 
 ACTION_BODY_BYTES = 64 * 1024
 
@@ -168,3 +170,34 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
     )
     response["X-Robots-Tag"] = "noindex"
     return response
+
+
+@csrf_exempt
+@json_errors
+async def document_attach(request: HttpRequest, conversation_id: int) -> JsonResponse:
+    """Attach a file (multipart `file`) to the conversation, if it fits the context window."""
+    if request.method != "POST":
+        raise ApiError(405, "method_not_allowed", "use POST")
+    user = await request.auser()
+    if not user.is_authenticated:
+        raise unauthenticated()
+    check_csrf(request, by_token=False)
+    await database_sync_to_async(rates.change_check)(user_id=user.pk)
+    upload = request.FILES.get("file")
+    if upload is None:
+        raise ApiError(400, "invalid_field", "send the document as the multipart field 'file'")
+    document = await documents.document_attach(
+        user=user, conversation_id=conversation_id, upload=upload, engine=engine_client()
+    )
+    return JsonResponse(
+        {k: v for k, v in selectors.document_as_dict(document).items() if k != "text"}, status=201
+    )
+
+
+@_browser_action
+def document_remove(request: HttpRequest, data: dict, conversation_id: int, document_id: int) -> JsonResponse:
+    rates.change_check(user_id=request.user.pk)
+    services.conversation_document_remove(
+        user=request.user, conversation_id=conversation_id, document_id=document_id
+    )
+    return JsonResponse({"removed": document_id})

@@ -92,3 +92,22 @@ def test_it_follows_the_systems_dark_mode_and_remembers_a_chosen_theme(browser, 
         assert page.evaluate(background) == DARK_BACKGROUND
     finally:
         context.close()
+
+
+def test_it_attaches_a_document_as_a_removable_chip(page, product_server):
+    user = get_user_model().objects.create_user("ned", password="pw-ned-123456")
+    log_in(page, product_server, "ned", "pw-ned-123456")
+    name = "<img src=x onerror=window.__owned=1>.txt"
+    notes = {"name": name, "mimeType": "text/plain", "buffer": b"The lighthouse is 42 metres tall."}
+    page.set_input_files("#attach-file", notes)
+    chip = page.locator("#documents .chip")
+    expect(chip).to_have_count(1)
+    expect(chip.locator(".chip-name")).to_have_text(name)  # as text, never markup
+    conversation = user.conversations.get()
+    assert [d.name for d in conversation.documents.all()] == [name]
+    page.reload()
+    expect(page.locator("#documents .chip")).to_have_count(1)
+    assert page.locator("#documents img").count() == 0 and page.evaluate("window.__owned") is None
+    page.click("#documents .chip-remove")
+    expect(page.locator("#documents .chip")).to_have_count(0)
+    assert not conversation.documents.exists()

@@ -220,6 +220,6 @@ def test_it_stores_a_turn_in_few_queries_whatever_the_history(alice, django_asse
         answered(
             services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content=f"{n}"), "ok"
         )
-    with django_assert_max_num_queries(7):  # ... plus the conversation's messages, read once
+    with django_assert_max_num_queries(8):  # ... plus the conversation's messages and its documents
         turn = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Last")
     assert len(turn.history) == 2 * 6 + 1

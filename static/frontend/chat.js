@@ -3,6 +3,7 @@
 import { Connection } from "./connection.js";
 import * as http from "./http.js";
 import { setUpConversationMenu } from "./conversation-menu.js";
+import { setUpDocuments } from "./documents.js";
 import { setUpSettings } from "./settings.js";
 import { setUpShortcuts } from "./shortcuts.js";
 import * as sidebar from "./sidebar.js";
@@ -45,6 +46,19 @@ const settingsDialog = setUpSettings(limits, {
 });
 
 const conversationMenu = setUpConversationMenu({ conversation: () => state.conversation });
+const documents = setUpDocuments({
+  conversation: () => state.conversation,
+  async ensure() {
+    if (!state.conversation) {
+      const created = await http.post("/c/new", {});
+      enter(created.id, created.title);
+      state.conversation.settings = created.settings;
+    }
+    if (!state.conversation.documents) state.conversation.documents = [];
+    return state.conversation;
+  },
+  say: (text) => view.showStatus(text),
+});
 
 // ---- the conversation --------------------------------------------------------
 

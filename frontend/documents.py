@@ -1,0 +1,81 @@
+"""Documents attached to a conversation: read as the bulk jobs read files (txt, md, html, pdf, with
+their limits), counted by the engine, and kept only if they fit the context window with room for
+the answer and a question. Never truncated: one that does not fit is refused with the numbers.
+
+Their text opens every turn's prompt right after the system prompt (selectors.preamble), so the
+engine's prefix cache serves it from the second turn on, as `chat.done`'s cached tokens show."""
+
+from pathlib import PurePosixPath
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.uploadedfile import UploadedFile
+
+from frontend import selectors
+from frontend.models import ConversationDocument
+from frontend.protocol import Refusal
+from inference.client import EngineClient, EngineError
+from jobs.ingest import DocumentError, Limits, UploadRejected, documents_from_files
+from jobs.pdfread import pdf_text
+
+SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm", ".pdf"}
+# Left free beside the documents and the answer, for the question of the turn.
+QUESTION_ROOM = 256
+
+
+def _read(upload: UploadedFile) -> tuple[str, str | None, bytes | None]:
+    """(name, text, or the bytes of a PDF to read), or Refusal for a file that cannot be a document."""
+    name = PurePosixPath(upload.name or "document").name
+    if PurePosixPath(name).suffix.lower() not in SUFFIXES:
+        raise Refusal("invalid_field", f"{name}: attach a .txt, .md, .html or .pdf file")
+    try:
+        [document] = documents_from_files([upload], Limits.from_settings())
+    except UploadRejected as exc:
+        raise Refusal("too_large", str(exc)) from None
+    if document.error:
+        raise Refusal("invalid_field", f"{name}: {document.error}")
+    return name, document.text or None, document.pdf
+
+
+async def document_attach(
+    *, user: AbstractBaseUser, conversation_id: int, upload: UploadedFile, engine: EngineClient
+) -> ConversationDocument:
+    """Attach a file's text to one of the user's conversations, if it fits."""
+    conversation = await database_sync_to_async(selectors.conversation_get)(
+        user=user, conversation_id=conversation_id
+    )
+    if conversation is None:
+        raise Refusal("not_found", "no such conversation")
+    name, text, pdf = await database_sync_to_async(_read)(upload)
+    if pdf is not None:
+        try:
+            text = await pdf_text(pdf, settings.BULK_PDF_TIMEOUT)
+        except DocumentError as exc:
+            raise Refusal("invalid_field", f"{name}: {exc}") from None
+    attached = await database_sync_to_async(
+        lambda: list(conversation.documents.values_list("name", "text"))
+    )()
+    before = selectors.preamble(conversation.system_prompt, attached)
+    after = selectors.preamble(conversation.system_prompt, [*attached, (name, text)])
+    try:
+        tokens_before = (
+            await engine.count_prompt_tokens([{"role": "system", "content": before}]) if before else 0
+        )
+        tokens_after = await engine.count_prompt_tokens([{"role": "system", "content": after}])
+    except EngineError as exc:
+        raise Refusal("engine_unavailable", f"The document could not be counted: {exc.detail}") from None
+    answer = conversation.max_tokens or settings.CHAT_MAX_TOKENS
+    window = settings.INFERENCE_MAX_MODEL_LEN
+    room = window - answer - QUESTION_ROOM - tokens_before
+    added = tokens_after - tokens_before
+    if added > room:
+        raise Refusal(
+            "too_large",
+            f"{name} is {added:,} tokens; beside what the conversation holds ({tokens_before:,}), a "
+            f"{answer:,}-token answer and {QUESTION_ROOM} for the question, {max(room, 0):,} fit in the "
+            f"model's {window:,}-token context window. Nothing was cut: attach a shorter document.",
+        )
+    return await ConversationDocument.objects.acreate(
+        conversation=conversation, name=name[:255], text=text, tokens=added
+    )

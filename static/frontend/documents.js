@@ -1,0 +1,70 @@
+// Documents attached to the conversation (📎): shown as removable chips above the composer. Their
+// text opens every turn's prompt; one that does not fit the context window is refused with the numbers.
+import { button } from "./view.js";
+import * as http from "./http.js";
+
+const chips = document.getElementById("documents");
+const picker = document.getElementById("attach-file");
+
+function csrfToken() {
+  const match = /(?:^|;\s*)csrftoken=([^;]+)/.exec(document.cookie);
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+// `conversation()`: the one shown, or null; `ensure()`: resolves to it, creating it first if needed;
+// `say(text)`: a line in the status bar.
+export function setUpDocuments({ conversation, ensure, say }) {
+  function chip(document_) {
+    const el = document.createElement("span");
+    el.className = "chip";
+    el.dataset.id = document_.id;
+    const name = document.createElement("span");
+    name.className = "chip-name";
+    name.textContent = document_.name;
+    name.title = document_.tokens + " tokens";
+    el.append(name, button("chip-remove", "✕", "Remove " + document_.name, () => remove(document_, el)));
+    return el;
+  }
+
+  function show() {
+    const current = conversation();
+    chips.replaceChildren(...((current && current.documents) || []).map(chip));
+  }
+
+  async function remove(document_, el) {
+    try {
+      await http.post("/c/" + conversation().id + "/documents/" + document_.id + "/remove");
+      conversation().documents = conversation().documents.filter((d) => d.id !== document_.id);
+      el.remove();
+    } catch (error) {
+      say(error.message);
+    }
+  }
+
+  async function upload(file) {
+    const current = await ensure();
+    const form = new FormData();
+    form.append("file", file);
+    say("Attaching " + file.name + "…");
+    const response = await fetch("/c/" + current.id + "/documents", {
+      method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() }, body: form,
+    });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      say((data.error && data.error.detail) || "The document could not be attached.");
+      return;
+    }
+    current.documents = [...(current.documents || []), data];
+    chips.append(chip(data));
+    say("");
+  }
+
+  document.getElementById("attach").addEventListener("click", () => picker.click());
+  picker.addEventListener("change", () => {
+    const [file] = picker.files;
+    picker.value = "";
+    if (file) upload(file).catch((error) => say(error.message));
+  });
+  show();
+  return { show };
+}

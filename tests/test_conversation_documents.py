@@ -1,0 +1,162 @@
+"""Documents in a chat: attached files' text opens every turn's prompt after the system prompt,
+counted against the context window (refused with the numbers, never cut), removable, in the store."""
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from frontend import consumers, services, views
+from frontend.models import ConversationDocument
+from tests.chat_client import collect_answer, open_chat, send
+from tests.consumer_client import connected, until_closed
+from tests.fake_engine import FakeEngine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    # The fake engine counts a word as a token, plus 10 for the template.
+    fake = FakeEngine(["ok"])
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    monkeypatch.setattr(views, "engine_client", lambda: fake)
+    return fake
+
+
+def browser(user) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    client.get("/")
+    return client
+
+
+def attach(client: Client, conversation_id: int, name: str, data: bytes):
+    token = client.cookies["csrftoken"].value
+    return client.post(
+        f"/c/{conversation_id}/documents", {"file": SimpleUploadedFile(name, data)}, HTTP_X_CSRFTOKEN=token
+    )
+
+
+async def ask(user, conversation_id: int, content: str) -> dict:
+    communicator = await connected(user)
+    try:
+        await communicator.send_json_to(
+            {"type": "chat.send", "conversation": conversation_id, "content": content}
+        )
+        return (await until_closed(communicator))[-1]
+    finally:
+        await communicator.disconnect()
+
+
+async def test_it_puts_attached_documents_after_the_system_prompt_on_every_turn(alice, engine):
+    conversation = await sync_to_async(services.conversation_create)(
+        user=alice, settings_data={"system_prompt": "Be brief."}
+    )
+    client = await sync_to_async(browser)(alice)
+    response = await sync_to_async(attach)(
+        client, conversation.pk, "notes.md", b"The lighthouse is 42 metres tall."
+    )
+    assert response.status_code == 201
+    assert response.json()["name"] == "notes.md" and response.json()["tokens"] > 5
+    for question in ("How tall is it?", "And in feet?"):
+        assert (await ask(alice, conversation.pk, question))["type"] == "chat.done"
+    for request in engine.requests:
+        system = request.messages[0]
+        assert system["role"] == "system" and system["content"].startswith("Be brief.\n\n")
+        assert (
+            '<document name="notes.md">\nThe lighthouse is 42 metres tall.\n</document>' in system["content"]
+        )
+    # The same opening both times: what the prefix cache serves from the second turn on.
+    assert engine.requests[0].messages[0] == engine.requests[1].messages[0]
+    detail = await sync_to_async(lambda: client.get(f"/api/conversations/{conversation.pk}/").json())()
+    assert [(d["name"], d["text"]) for d in detail["documents"]] == [
+        ("notes.md", "The lighthouse is 42 metres tall.")
+    ]
+    exported = await sync_to_async(
+        lambda: client.get(f"/c/{conversation.pk}/export?format=md").content.decode()
+    )()
+    assert "**Document: notes.md**" in exported
+
+    [document] = [d async for d in ConversationDocument.objects.all()]
+    token = client.cookies["csrftoken"].value
+    removed = await sync_to_async(client.post)(
+        f"/c/{conversation.pk}/documents/{document.pk}/remove",
+        "{}",
+        "application/json",
+        HTTP_X_CSRFTOKEN=token,
+    )
+    assert removed.status_code == 200
+    await ask(alice, conversation.pk, "Still there?")
+    assert "lighthouse" not in engine.requests[-1].messages[0]["content"]
+
+
+def test_it_refuses_a_document_that_does_not_fit_with_the_numbers_and_keeps_nothing(alice, engine, settings):
+    settings.INFERENCE_MAX_MODEL_LEN = 1000
+    settings.CHAT_MAX_TOKENS = 512
+    conversation = services.conversation_create(user=alice)
+    client = browser(alice)
+    response = attach(client, conversation.pk, "long.txt", ("word " * 400).encode())
+    assert response.status_code == 413
+    error = response.json()["error"]
+    assert error["code"] == "too_large"
+    assert "long.txt is 4" in error["detail"] and "1,000-token context window" in error["detail"]
+    assert "512-token answer" in error["detail"] and "Nothing was cut" in error["detail"]
+    assert not ConversationDocument.objects.exists()
+    assert attach(client, conversation.pk, "short.txt", b"A few words.").status_code == 201
+
+
+def test_it_refuses_other_files_other_users_and_strangers(alice, engine):
+    conversation = services.conversation_create(user=alice)
+    client = browser(alice)
+    refused = attach(client, conversation.pk, "tool.exe", b"MZ")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_field")
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
+    assert attach(browser(bob), conversation.pk, "a.txt", b"hi").status_code == 404
+    assert (
+        Client()
+        .post(f"/c/{conversation.pk}/documents", {"file": SimpleUploadedFile("a.txt", b"x")})
+        .status_code
+        == 401
+    )
+    forged = Client(enforce_csrf_checks=True)
+    forged.force_login(alice)
+    assert (
+        forged.post(
+            f"/c/{conversation.pk}/documents", {"file": SimpleUploadedFile("a.txt", b"x")}
+        ).status_code
+        == 403
+    )
+    assert not ConversationDocument.objects.exists()
+    assert json.loads(client.get(f"/api/conversations/{conversation.pk}/").content)["documents"] == []
+
+
+def test_the_engines_prefix_cache_serves_an_attached_document_from_the_second_turn(
+    product_server, ws_url, origin
+):
+    user = get_user_model().objects.create_user("mia", password="pw-mia-123456")
+    conversation = services.conversation_create(user=user, settings_data={"max_tokens": 8, "temperature": 0})
+    report = " ".join(f"Section {i}: the harbour lamp was relit on day {i} of the storm." for i in range(30))
+    client = browser(user)
+    response = attach(client, conversation.pk, "harbour.txt", report.encode())
+    assert response.status_code == 201
+    tokens = response.json()["tokens"]
+    assert tokens > 300  # counted by the real engine
+    usages = []
+    with open_chat(ws_url, origin, user) as ws:
+        for question in ("When was the lamp relit?", "On which day of the storm?"):
+            send(ws, {"type": "chat.send", "conversation": conversation.pk, "content": question})
+            _, _, done = collect_answer(ws)
+            assert done["type"] == "chat.done", done
+            usages.append(done["usage"])
+    assert usages[0]["prompt_tokens"] > tokens
+    # The second turn's prompt opens with the same system message and document: served from cache.
+    assert usages[1]["cached_tokens"] >= tokens
