@@ -29,10 +29,9 @@ from redis.exceptions import RedisError, ResponseError
 
 import redisconn
 from frontend import admission, metrics, outcomes, protocol, selectors, services, streams, watcher
-from frontend.deadlines import AnswerTimeout, Deadlines
+from frontend.deadlines import Deadlines
 from frontend.models import Message
 from frontend.protocol import Refusal
-from inference import state as engine_state
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
 from inference.prompt import PromptCounts, assemble
@@ -198,15 +197,7 @@ class Generation:
         await self._close_stream(r, self._done_frame(fields, Completion("")))
 
     async def _failed(self, r: aioredis.Redis, exc: Exception) -> None:
-        status, code, detail = outcomes.failure(exc)
-        if code == "engine_unavailable":
-            detail = engine_state.unavailable_detail(await engine_state.aread(r), detail)
-        if isinstance(exc, EngineError | AnswerTimeout):
-            metrics.engine_error(code)
-        if code == "internal_error":
-            log.exception("answer %s failed", self.message_id)
-        else:
-            log.warning("answer %s failed: %s %s", self.message_id, code, detail)
+        status, code, detail = await outcomes.reported_failure(r, exc, f"answer {self.message_id}")
         await self._finish(
             status=status,
             error_code=code,

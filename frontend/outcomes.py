@@ -1,12 +1,19 @@
 """How an answer's end is told: the stored status, error code and note of each way it ends
 (docs/protocol.md has the codes)."""
 
+import logging
+
+import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from frontend import metrics
 from frontend.deadlines import AnswerTimeout
 from frontend.models import Message
+from inference import state as engine_state
 from inference.client import EngineError
 from inference.prompt import PromptTooLong
+
+log = logging.getLogger(__name__)
 
 STOP_NOTES = {
     "user": "Stopped by the user.",
@@ -36,3 +43,18 @@ def failure(exc: Exception) -> tuple[str, str, str]:
     if isinstance(exc, RedisError):
         return Message.Status.INTERRUPTED, "stream_unavailable", "The token stream store is unavailable."
     return Message.Status.ERROR, "internal_error", "The answer failed unexpectedly."
+
+
+async def reported_failure(r: aioredis.Redis, exc: Exception, answer: str) -> tuple[str, str, str]:
+    """`failure(exc)` for an answer that failed, counted and logged; while the engine is on its
+    way up, its detail says so (inference.state) instead of naming an error. `answer` names it in the log."""
+    status, code, detail = failure(exc)
+    if code == "engine_unavailable":
+        detail = engine_state.unavailable_detail(await engine_state.aread(r), detail)
+    if isinstance(exc, EngineError | AnswerTimeout):
+        metrics.engine_error(code)
+    if code == "internal_error":
+        log.exception("%s failed", answer)
+    else:
+        log.warning("%s failed: %s %s", answer, code, detail)
+    return status, code, detail

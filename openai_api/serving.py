@@ -26,11 +26,10 @@ from django.contrib.auth.models import AbstractBaseUser
 
 import redisconn
 from frontend import admission, metrics, outcomes, services
-from frontend.deadlines import AnswerTimeout, Deadlines
+from frontend.deadlines import Deadlines
 from frontend.generation import cache_salt_for
 from frontend.models import Message
 from frontend.protocol import Refusal
-from inference import state as engine_state
 from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
 from logcontext import bind_log_context
 from openai_api import protocol
@@ -126,13 +125,7 @@ class ApiAnswer:
             note = "The API client went away before the answer finished."
             raise
         except Exception as exc:
-            status, error_code, note = outcomes.failure(exc)
-            if error_code == "engine_unavailable":
-                note = engine_state.unavailable_detail(await engine_state.aread(r), note)
-            if isinstance(exc, EngineError | AnswerTimeout):
-                metrics.engine_error(error_code)
-            if error_code == "internal_error":
-                log.exception("API answer %s failed", self.id)
+            status, error_code, note = await outcomes.reported_failure(r, exc, f"API answer {self.id}")
             retry_after = exc.extra.get("retry_after") if isinstance(exc, EngineError) else None
             self.events.put_nowait(protocol.OpenAIError.from_code(error_code, note, retry_after=retry_after))
         finally:

@@ -63,3 +63,11 @@ def start_long_answer(ws: ClientConnection, user, content: str) -> dict:
     first = receive(ws)
     assert first["type"] == "chat.token", first
     return started
+
+
+def browser(user) -> Client:
+    """A test client logged in as `user` that checks CSRF as a browser is checked, with its cookie set."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    client.get("/")
+    return client

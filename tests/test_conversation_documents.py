@@ -11,7 +11,7 @@ from django.test import Client
 
 from frontend import consumers, services, views
 from frontend.models import ConversationDocument
-from tests.chat_client import collect_answer, open_chat, send
+from tests.chat_client import browser, collect_answer, open_chat, send
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
 
@@ -30,13 +30,6 @@ def engine(monkeypatch):
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     monkeypatch.setattr(views, "engine_client", lambda: fake)
     return fake
-
-
-def browser(user) -> Client:
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(user)
-    client.get("/")
-    return client
 
 
 def attach(client: Client, conversation_id: int, name: str, data: bytes):

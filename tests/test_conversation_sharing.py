@@ -8,6 +8,7 @@ from django.test import Client
 
 from frontend import services
 from frontend.models import Conversation, SharedLink
+from tests.chat_client import browser
 
 pytestmark = pytest.mark.django_db
 
@@ -23,13 +24,6 @@ def answer(user, content, conversation_id=None, reply="An answer.", parent_id=No
     )
     services.message_finish(message_id=turn.assistant_message_id, content=reply, status="complete")
     return turn
-
-
-def browser(user) -> Client:
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(user)
-    client.get("/")
-    return client
 
 
 def post(client: Client, url: str):
