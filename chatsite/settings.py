@@ -133,6 +133,12 @@ WHITENOISE_USE_FINDERS = DEBUG
 INFERENCE_URL = env_str("INFERENCE_URL", "http://127.0.0.1:8100")
 INFERENCE_MODEL = env_str("INFERENCE_MODEL", str(DATA_DIR / "models" / "SmolLM2-135M-Instruct"))
 INFERENCE_MODEL_NAME = env_str("INFERENCE_MODEL_NAME", "SmolLM2-135M-Instruct")
+# Several models, each at its engine (or router): `name=url,name=url`, the default first. Empty:
+# INFERENCE_MODEL_NAME at INFERENCE_URL alone.
+INFERENCE_MODELS = env_str("INFERENCE_MODELS", "")
+for _entry in filter(None, (entry.strip() for entry in INFERENCE_MODELS.split(","))):
+    if not all(part.strip() for part in _entry.partition("=")[::2]) or "=" not in _entry:
+        raise ImproperlyConfigured(f"INFERENCE_MODELS: expected name=url,name=url; got {_entry!r}")
 INFERENCE_MAX_MODEL_LEN = env_int("INFERENCE_MAX_MODEL_LEN", 4096, minimum=256)
 INFERENCE_MAX_NUM_SEQS = env_int("INFERENCE_MAX_NUM_SEQS", 64, minimum=1)
 INFERENCE_MAX_NUM_BATCHED_TOKENS = env_int("INFERENCE_MAX_NUM_BATCHED_TOKENS", 4096, minimum=256)

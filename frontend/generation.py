@@ -138,6 +138,7 @@ class Generation:
             cache_salt=cache_salt_for(self._user_id),
             request_id=f"chat-{self.message_id}",
             affinity=f"conversation-{self.turn.conversation_id}",
+            model=self.turn.model,
         )
 
     async def _stream(self, r: aioredis.Redis, request: ChatRequest) -> None:

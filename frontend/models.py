@@ -22,6 +22,8 @@ class Conversation(models.Model):
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
     # The engine may not end an answer before this many tokens (vLLM's min_tokens); null: no floor.
     min_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # One of inference.engine.served_models(), chosen before the first message and kept; empty: the default.
+    model_name = models.CharField(max_length=200, blank=True)
     # The last message of the version the user sees; new messages follow it.
     current_leaf = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

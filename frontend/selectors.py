@@ -10,6 +10,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import get_current_timezone, is_naive, make_aware
 
 from frontend.models import Conversation, ConversationDocument, Message, SharedLink
+from inference.engine import default_model
 
 # Stopped answers count (the user saw them); failed or empty ones do not.
 _PROMPT_STATUSES = (Message.Status.COMPLETE, Message.Status.STOPPED)
@@ -125,6 +126,7 @@ def message_as_dict(message: Message) -> dict:
 
 def conversation_settings(conversation: Conversation) -> dict:
     return {
+        "model": conversation.model_name or default_model(),
         "system_prompt": conversation.system_prompt,
         "temperature": conversation.temperature,
         "max_tokens": conversation.max_tokens,

@@ -19,6 +19,8 @@ import redisconn
 from frontend import selectors
 from frontend.models import Conversation, Message, SharedLink
 from frontend.protocol import Refusal
+from inference.access import models_for
+from inference.engine import default_model
 from redisconn import keys
 
 TITLE_LENGTH = 60
@@ -42,6 +44,7 @@ class Turn:
     temperature: float
     max_tokens: int
     min_tokens: int = 0
+    model: str | None = None
 
 
 def _title_from(content: str) -> str:
@@ -85,12 +88,16 @@ def _answer(
 
     `earlier`, the path down to the user message's parent when the caller has it, saves a query;
     so does `new` (a conversation made in this call has no documents yet)."""
+    model = conversation.model_name or default_model()
+    # The default model is everyone's (inference.access): the common case costs no query.
+    if model != default_model() and model not in models_for(user=conversation.owner):
+        raise Refusal("invalid_field", f"the model {model!r} of this conversation is not available to you")
     assistant = Message.objects.create(
         conversation=conversation,
         parent=user_message,
         role=Message.Role.ASSISTANT,
         status=Message.Status.GENERATING,
-        model_name=settings.INFERENCE_MODEL_NAME,
+        model_name=model,
     )
     conversation.current_leaf = assistant
     conversation.save(update_fields=["current_leaf", "updated_at"])
@@ -109,6 +116,7 @@ def _answer(
         ),
         max_tokens=conversation.max_tokens or settings.CHAT_MAX_TOKENS,
         min_tokens=conversation.min_tokens or 0,
+        model=model,
     )
 
 
@@ -254,7 +262,10 @@ def api_exchange_store(
     turns = [m for m in messages if m["role"] != "system"]
     first_question = next((m["content"] for m in turns if m["role"] == Message.Role.USER), "")
     conversation = Conversation.objects.create(
-        owner=user, system_prompt=system, title=_title_from(first_question) or "API request"
+        owner=user,
+        system_prompt=system,
+        title=_title_from(first_question) or "API request",
+        model_name=model_name,
     )
     parent = None
     for turn in turns:
@@ -287,9 +298,16 @@ def _is_number(value: object, kind: type) -> bool:
     return isinstance(value, allowed) and not isinstance(value, bool)
 
 
-def _checked_settings(data: dict) -> dict:
-    """Validate per-conversation settings against their documented bounds (docs/store.md)."""
+def _checked_settings(data: dict, user: AbstractBaseUser | None = None) -> dict:
+    """Validate per-conversation settings against their documented bounds (docs/store.md); `model`
+    against the models `user` may use."""
     checked = {}
+    if "model" in data:
+        model = data["model"]
+        allowed = models_for(user=user) if user is not None else []
+        if model not in allowed:
+            raise Refusal("invalid_field", f"'model' must be one of {', '.join(allowed) or 'your models'}")
+        checked["model_name"] = model
     if "system_prompt" in data:
         prompt = data["system_prompt"]
         if not isinstance(prompt, str):
@@ -321,7 +339,7 @@ def _checked_settings(data: dict) -> dict:
 
 def conversation_create(*, user: AbstractBaseUser, settings_data: dict | None = None) -> Conversation:
     """An empty conversation, so its settings can be chosen before the first message."""
-    checked = _checked_settings(settings_data or {})
+    checked = _checked_settings(settings_data or {}, user)
     checked.setdefault("system_prompt", settings.CHAT_SYSTEM_PROMPT)
     return Conversation.objects.create(owner=user, **checked)
 
@@ -329,7 +347,13 @@ def conversation_create(*, user: AbstractBaseUser, settings_data: dict | None = 
 def conversation_update_settings(*, user: AbstractBaseUser, conversation_id: int, data: dict) -> Conversation:
     """Change system prompt, temperature or answer length bounds; they apply from the next answer on."""
     conversation = _owned_conversation(user, conversation_id)
-    checked = _checked_settings(data)
+    checked = _checked_settings(data, user)
+    if (
+        "model_name" in checked
+        and checked["model_name"] != conversation.model_name
+        and conversation.messages.exists()
+    ):
+        raise Refusal("invalid_field", "a conversation keeps its model once it has messages; start a new one")
     for name, value in checked.items():
         setattr(conversation, name, value)
     conversation.save(update_fields=[*checked, "updated_at"])

@@ -18,13 +18,15 @@ from django.views.decorators.http import require_GET, require_POST
 from frontend import documents, protocol, rates, selectors, services
 from frontend.http_json import ApiError, check_csrf, json_errors, read_json, unauthenticated
 from frontend.services import TEMPERATURE_BOUNDS
+from inference.access import models_for
 from inference.engine import engine_client
 
 ACTION_BODY_BYTES = 64 * 1024
 
 
-def _bounds() -> dict:
+def _bounds(user) -> dict:
     return {
+        "models": models_for(user=user),
         "temperature": {"min": TEMPERATURE_BOUNDS[0], "max": TEMPERATURE_BOUNDS[1]},
         "max_tokens": {"min": 1, "max": settings.CHAT_MAX_TOKENS_LIMIT},
         "min_tokens": {"min": 0, "max": settings.CHAT_MAX_TOKENS_LIMIT},
@@ -48,7 +50,7 @@ def chat(request: HttpRequest, conversation_id: int | None = None) -> HttpRespon
             raise Http404("No such conversation")
     initial = {
         "conversation": selectors.conversation_detail(conversation) if conversation else None,
-        "limits": _bounds(),
+        "limits": _bounds(request.user),
     }
     return render(
         request,

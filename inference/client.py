@@ -33,6 +33,8 @@ class ChatRequest:
     # X-Session-ID, the key vllm-router's consistent_hash policy routes on, so a conversation
     # stays on the replica whose prefix cache holds it. A single engine ignores it.
     affinity: str | None = None
+    # The model to answer with, one of inference.engine.served_models(); None: the default.
+    model: str | None = None
     # More sampling parameters of vLLM's OpenAI API (top_p, penalties, seed, stop), checked by the caller.
     sampling: Mapping[str, object] = field(default_factory=dict)
 
@@ -157,7 +159,7 @@ class OpenAIEngineClient:
         usage = None
         try:
             stream = await self._openai.chat.completions.create(
-                model=self.model,
+                model=request.model or self.model,
                 messages=list(request.messages),
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,

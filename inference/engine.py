@@ -1,6 +1,7 @@
 """The engine boundary: every part of the product reaches the engine through here.
 
-- `engine_client()`: the web process's client, behind its circuit breaker (chat answers).
+- `engine_client()`: the web process's client, behind its circuit breakers (chat answers); it
+  sends each request to the engine that serves the request's model (`served_models()`).
 - `new_engine_client()`: a client of its own, behind a breaker of its own, for work on an
   event loop of its own (a bulk job's run); the caller closes it.
 - `engine_health()` and `engine_metrics()`: the synchronous probes behind /healthz and
@@ -16,18 +17,65 @@ from django.conf import settings
 
 from inference import metrics
 from inference.breaker import CircuitBreaker, GuardedEngineClient
-from inference.client import OpenAIEngineClient
+from inference.client import ChatRequest, OpenAIEngineClient
 
 # Probes answer at once or report the engine unreachable: a health check must not hang.
 PROBE_TIMEOUT = 2.0
 
 
-def new_engine_client(*, on_circuit_change=None) -> GuardedEngineClient:
-    """A client from settings, behind a circuit breaker of its own."""
+def served_models() -> dict[str, str]:
+    """The models the chat offers, each with the address of the engine (or router) that serves it,
+    the default first: INFERENCE_MODELS (`name=url,...`), else INFERENCE_MODEL_NAME at INFERENCE_URL."""
+    if not settings.INFERENCE_MODELS:
+        return {settings.INFERENCE_MODEL_NAME: settings.INFERENCE_URL}
+    pairs = (entry.split("=", 1) for entry in settings.INFERENCE_MODELS.split(",") if entry.strip())
+    return {name.strip(): url.strip() for name, url in pairs}
+
+
+def default_model() -> str:
+    return next(iter(served_models()))
+
+
+class ModelEngines:
+    """The engine client for several models: each request goes to its model's engine, behind that
+    engine's own circuit breaker; what names no model (token counts, probes) goes to the default's."""
+
+    def __init__(self, clients: dict[str, GuardedEngineClient]) -> None:
+        self.clients = clients
+        self.default = next(iter(clients.values()))
+        self.breaker = self.default.breaker
+
+    def stream_chat(self, request: ChatRequest):
+        return self.clients.get(request.model or "", self.default).stream_chat(request)
+
+    async def count_prompt_tokens(self, messages):
+        return await self.default.count_prompt_tokens(messages)
+
+    async def tokenize(self, text: str):
+        return await self.default.tokenize(text)
+
+    async def detokenize(self, token_ids):
+        return await self.default.detokenize(token_ids)
+
+    async def is_healthy(self) -> bool:
+        return await self.default.is_healthy()
+
+    async def load(self):
+        return await self.default.load()
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+
+
+def new_engine_client(
+    *, on_circuit_change=None, model: str | None = None, url: str | None = None
+) -> GuardedEngineClient:
+    """A client from settings (the default model, or `model` at `url`), behind a breaker of its own."""
     return GuardedEngineClient(
         OpenAIEngineClient(
-            settings.INFERENCE_URL,
-            settings.INFERENCE_MODEL_NAME,
+            url or settings.INFERENCE_URL,
+            model or settings.INFERENCE_MODEL_NAME,
             connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
             token_timeout=settings.INFERENCE_TOKEN_TIMEOUT,
         ),
@@ -40,9 +88,17 @@ def new_engine_client(*, on_circuit_change=None) -> GuardedEngineClient:
 
 
 @functools.cache
-def engine_client() -> GuardedEngineClient:
-    """The client every chat answer of this process shares; its breaker's state is a metric."""
-    return new_engine_client(on_circuit_change=metrics.circuit_state)
+def engine_client() -> ModelEngines:
+    """The client every chat answer of this process shares; the default engine's breaker state is a metric."""
+    models = served_models()
+    return ModelEngines(
+        {
+            name: new_engine_client(
+                on_circuit_change=metrics.circuit_state if index == 0 else None, model=name, url=url
+            )
+            for index, (name, url) in enumerate(models.items())
+        }
+    )
 
 
 def _probe(path: str) -> httpx.Response:

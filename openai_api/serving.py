@@ -39,11 +39,6 @@ from usage.services import usage_check, usage_record
 log = logging.getLogger(__name__)
 
 
-def served_models() -> list[str]:
-    """The models a client may name: the one the engines serve."""
-    return [settings.INFERENCE_MODEL_NAME]
-
-
 def affinity(user_id: int, messages: list[dict[str, str]]) -> str:
     """A conversation's key for the router: a client resending a conversation sends its first
     messages again, so its turns land on the replica whose prefix cache holds them."""
@@ -76,6 +71,7 @@ class ApiAnswer:
             request_id=self.id,
             affinity=affinity(self._user.pk, self.chat.messages),
             sampling=self.chat.sampling,
+            model=self.chat.model,
         )
 
     async def start(self) -> None:

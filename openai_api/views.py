@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import wraps
 
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -17,6 +18,7 @@ from apitokens.models import Scope
 from frontend.http_json import ApiError, read_json
 from frontend.http_stream import EventStreamResponse, sse_event
 from frontend.protocol import Refusal
+from inference.access import models_for
 from inference.client import Completion, TextDelta
 from inference.engine import engine_client
 from openai_api import protocol, serving
@@ -67,8 +69,8 @@ def _method(request: HttpRequest, allowed: str) -> None:
         raise OpenAIError(405, f"use {allowed}", code="method_not_allowed")
 
 
-def _checked_model(name: str) -> str:
-    if name not in serving.served_models():
+async def _checked_model(user: AbstractBaseUser, name: str) -> str:
+    if name not in await database_sync_to_async(models_for)(user=user):
         raise OpenAIError(
             404, f"The model '{name}' does not exist (GET /v1/models).", code="model_not_found", param="model"
         )
@@ -78,17 +80,16 @@ def _checked_model(name: str) -> str:
 @openai_errors
 async def models(request: HttpRequest) -> JsonResponse:
     _method(request, "GET")
-    await _api_user(request)
-    return JsonResponse(
-        {"object": "list", "data": [protocol.model_entry(name) for name in serving.served_models()]}
-    )
+    user = await _api_user(request)
+    names = await database_sync_to_async(models_for)(user=user)
+    return JsonResponse({"object": "list", "data": [protocol.model_entry(name) for name in names]})
 
 
 @openai_errors
 async def model(request: HttpRequest, name: str) -> JsonResponse:
     _method(request, "GET")
-    await _api_user(request)
-    return JsonResponse(protocol.model_entry(_checked_model(name)))
+    user = await _api_user(request)
+    return JsonResponse(protocol.model_entry(await _checked_model(user, name)))
 
 
 @openai_errors
@@ -97,7 +98,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     _method(request, "POST")
     user = await _api_user(request)
     chat = protocol.chat_completion_request(read_json(request, max_bytes=settings.API_MAX_REQUEST_BYTES))
-    _checked_model(chat.model)
+    await _checked_model(user, chat.model)
     answer = await serving.answer_start(user=user, chat=chat, engine=engine_client())
     try:
         first = await answer.events.get()

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
@@ -43,6 +44,7 @@ def test_it_renames_changes_settings_and_deletes(browser, alice):
     assert post(browser, base + "/rename", {"title": "Greetings"}).json()["title"] == "Greetings"
     response = post(browser, base + "/settings", {"system_prompt": "Pirate.", "temperature": 1.5})
     assert response.json() == {
+        "model": settings.INFERENCE_MODEL_NAME,
         "system_prompt": "Pirate.",
         "temperature": 1.5,
         "max_tokens": None,

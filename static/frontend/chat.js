@@ -39,6 +39,7 @@ const connection = new Connection("/ws/chat/", {
 });
 const settingsDialog = setUpSettings(limits, {
   conversation: () => state.conversation,
+  hasMessages: () => state.tree.path().length > 0,
   created(conversation) {
     enter(conversation.id, conversation.title);
     state.conversation.settings = conversation.settings;

@@ -6,8 +6,9 @@ const dialog = document.getElementById("settings-dialog");
 const form = document.getElementById("settings-form");
 const error = document.getElementById("settings-error");
 
-// `conversation()`: the conversation shown, or null; `created(conversation)`: a new one exists.
-export function setUpSettings(limits, { conversation, created }) {
+// `conversation()`: the conversation shown, or null; `created(conversation)`: a new one exists;
+// `hasMessages()`: whether it has any (its model is then kept).
+export function setUpSettings(limits, { conversation, created, hasMessages }) {
   function open() {
     const current = (conversation() && conversation().settings) || {};
     const defaults = limits.defaults;
@@ -21,6 +22,10 @@ export function setUpSettings(limits, { conversation, created }) {
       input.max = limits[name].max;
       dialog.querySelector('[data-for="' + name + '"]').textContent = limits[name].min + "–" + limits[name].max;
     }
+    // The model: one of those the user may use, chosen before the first message and kept after it.
+    form.model.replaceChildren(...limits.models.map((name) => new Option(name, name)));
+    form.model.value = current.model || limits.models[0];
+    form.model.disabled = hasMessages();
     error.textContent = "";
     dialog.showModal();
   }
@@ -35,6 +40,7 @@ export function setUpSettings(limits, { conversation, created }) {
       max_tokens: number(form.max_tokens),
       min_tokens: number(form.min_tokens),
     };
+    if (!form.model.disabled) values.model = form.model.value;
     try {
       const shown = conversation();
       if (shown) {
