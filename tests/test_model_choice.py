@@ -10,6 +10,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
+from playwright.sync_api import expect
 
 from apitokens.services import token_issue
 from frontend import consumers, services
@@ -20,7 +21,7 @@ from inference.access import models_for
 from inference.launcher import EngineConfig, EngineProcess
 from inference.models import ModelAccess
 from tests.chat_client import collect_answer, open_chat, send
-from tests.conftest import LOGS, engine_gauge, running_daphne
+from tests.conftest import LOGS, engine_gauge, log_in, running_daphne
 from tests.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -157,3 +158,25 @@ def test_each_answer_goes_to_its_conversations_models_engine(engine_url, second_
             assert Message.objects.get(pk=done["message"]).model_name == model
             assert engine_gauge(url, served) == before + 1, model
             assert engine_gauge(others, served) == before_other, model
+
+
+def test_the_chat_shows_a_model_picker_for_a_new_chat(engine_url, second_engine, settings, page):
+    default = settings.INFERENCE_MODEL_NAME
+    settings.INFERENCE_MODELS = f"{default}={engine_url},smol-b={second_engine}"
+    user = get_user_model().objects.create_user("pia", password="pw-pia-123456")
+    with running_daphne(engine_url, INFERENCE_MODELS=settings.INFERENCE_MODELS) as server:
+        log_in(page, server.url, "pia", "pw-pia-123456")
+        page.click("#open-settings")
+        options = page.locator("#settings-model option").all_inner_texts()
+        assert options == [default, "smol-b"]
+        page.select_option("#settings-model", "smol-b")
+        page.click("#settings-save")
+        page.wait_for_url("**/c/*/")
+        assert user.conversations.get().model_name == "smol-b"
+        page.fill("#prompt", "Say hi.")
+        page.keyboard.press("Enter")
+        expect(page.locator(".message.assistant .body").last).not_to_be_empty(timeout=120_000)
+        page.wait_for_selector(".message.assistant.generating", state="detached", timeout=120_000)
+        assert Message.objects.get(role="assistant").model_name == "smol-b"
+        page.click("#open-settings")
+        assert page.locator("#settings-model").is_disabled()  # kept once it has messages
