@@ -126,9 +126,11 @@ def test_server_sent_events_pass_nginx_one_by_one(cluster):
     ) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
+        started = json.loads(next(line for line in lines if line.startswith("data: ")).removeprefix("data: "))
+        assert started["started"] is True
         first = next(line for line in lines if line.startswith("data: "))
         assert "token" in json.loads(first.removeprefix("data: "))
-        # The first event is here while the answer (512 tokens by construction) still runs:
+        # The first token is here while the answer (512 tokens by construction) still runs:
         # nothing between the engine and this client held the stream back.
         answer = Message.objects.get(conversation=conversation, role="assistant")
         assert answer.status == "generating"

@@ -178,6 +178,11 @@ HTTP_PATHS = [
         "conversation",
     ),
     ("store detail", "GET", "/api/conversations/{conversation}/", None, "conversation"),
+    ("share", "POST", "/c/{conversation}/share", {}, "conversation"),
+    ("unshare", "POST", "/c/{conversation}/unshare", {}, "conversation"),
+    ("export", "GET", "/c/{conversation}/export?format=json", None, "conversation"),
+    ("resume over HTTP", "GET", "/chat/stream?message={answer}", None, "answer"),
+    ("stop over HTTP", "POST", "/chat/stop", {"message": "{answer}"}, "answer"),
 ]
 
 
