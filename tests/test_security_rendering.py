@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from apitokens.services import token_issue
@@ -96,6 +97,8 @@ ADMIN_SAFE_DOM = """(root) => {
     return bad;
 }"""
 
+MARKUP_MODEL = "<b>bold</b> <i>model</i>"
+
 WATCH = """
 window.__violations = [];
 document.addEventListener('securitypolicyviolation', (e) => {
@@ -171,7 +174,9 @@ def scripted_engine():
 
 @pytest.fixture(scope="module")
 def site(django_db_setup, django_db_blocker, scripted_engine):
-    with running_daphne(scripted_engine) as server:
+    # A second model whose name is markup (a name cannot hold "=" or ","): model names are shown as text.
+    models = f"{settings.INFERENCE_MODEL_NAME}={scripted_engine},{MARKUP_MODEL}={scripted_engine}"
+    with running_daphne(scripted_engine, INFERENCE_MODELS=models) as server:
         yield server.url
 
 
@@ -212,6 +217,20 @@ def assert_nothing_ran(page) -> None:
     assert page.evaluate("window.__violations") == []
     for url, headers in page.documents:
         assert_strict_csp(headers), url
+
+
+def test_it_shows_model_names_as_text(watched, site):
+    page = watched
+    get_user_model().objects.create_user("mod", password="pw-mod-123456")
+    log_in(page, site, "mod", "pw-mod-123456")
+    page.click("#open-settings")
+    assert page.locator("#settings-model option").all_inner_texts() == [
+        settings.INFERENCE_MODEL_NAME,
+        MARKUP_MODEL,
+    ]
+    assert page.locator("#settings-dialog b, #settings-dialog i").count() == 0
+    assert page.eval_on_selector("#settings-dialog", ADMIN_SAFE_DOM) == []
+    assert_nothing_ran(page)
 
 
 def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watched, site):
