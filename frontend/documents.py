@@ -7,7 +7,7 @@ engine's prefix cache serves it from the second turn on, as `chat.done`'s cached
 
 from pathlib import PurePosixPath
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
@@ -42,20 +42,16 @@ async def document_attach(
     *, user: AbstractBaseUser, conversation_id: int, upload: UploadedFile, engine: EngineClient
 ) -> ConversationDocument:
     """Attach a file's text to one of the user's conversations, if it fits."""
-    conversation = await database_sync_to_async(selectors.conversation_get)(
-        user=user, conversation_id=conversation_id
-    )
+    conversation = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     if conversation is None:
         raise Refusal("not_found", "no such conversation")
-    name, text, pdf = await database_sync_to_async(_read)(upload)
+    name, text, pdf = await sync_to_async(_read)(upload)
     if pdf is not None:
         try:
             text = await pdf_text(pdf, settings.BULK_PDF_TIMEOUT)
         except DocumentError as exc:
             raise Refusal("invalid_field", f"{name}: {exc}") from None
-    attached = await database_sync_to_async(
-        lambda: list(conversation.documents.values_list("name", "text"))
-    )()
+    attached = await sync_to_async(lambda: list(conversation.documents.values_list("name", "text")))()
     before = selectors.preamble(conversation.system_prompt, attached)
     after = selectors.preamble(conversation.system_prompt, [*attached, (name, text)])
     try:

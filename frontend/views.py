@@ -6,7 +6,7 @@ programs is frontend.api (store) and frontend.http_stream (chat).
 
 import json
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -184,7 +184,7 @@ async def document_attach(request: HttpRequest, conversation_id: int) -> JsonRes
     if not user.is_authenticated:
         raise unauthenticated()
     check_csrf(request, by_token=False)
-    await database_sync_to_async(rates.change_check)(user_id=user.pk)
+    await sync_to_async(rates.change_check)(user_id=user.pk)
     upload = request.FILES.get("file")
     if upload is None:
         raise ApiError(400, "invalid_field", "send the document as the multipart field 'file'")

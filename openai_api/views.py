@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from functools import wraps
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -70,7 +69,7 @@ def _method(request: HttpRequest, allowed: str) -> None:
 
 
 async def _checked_model(user: AbstractBaseUser, name: str) -> str:
-    if name not in await database_sync_to_async(models_for)(user=user):
+    if name not in await sync_to_async(models_for)(user=user):
         raise OpenAIError(
             404, f"The model '{name}' does not exist (GET /v1/models).", code="model_not_found", param="model"
         )
@@ -81,7 +80,7 @@ async def _checked_model(user: AbstractBaseUser, name: str) -> str:
 async def models(request: HttpRequest) -> JsonResponse:
     _method(request, "GET")
     user = await _api_user(request)
-    names = await database_sync_to_async(models_for)(user=user)
+    names = await sync_to_async(models_for)(user=user)
     return JsonResponse({"object": "list", "data": [protocol.model_entry(name) for name in names]})
 
 
