@@ -134,6 +134,11 @@ def test_server_sent_events_pass_nginx_one_by_one(cluster):
         # nothing between the engine and this client held the stream back.
         answer = Message.objects.get(conversation=conversation, role="assistant")
         assert answer.status == "generating"
+    # Leaving does not stop an answer: stop it, so it holds no slot and no engine time after this test.
+    stopped = httpx.post(
+        cluster.base + "/chat/stop", json={"message": answer.pk}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert stopped.status_code == 202
 
 
 def test_the_site_keeps_answering_while_one_web_process_is_killed(cluster):
