@@ -6,11 +6,6 @@ import * as http from "./http.js";
 const chips = document.getElementById("documents");
 const picker = document.getElementById("attach-file");
 
-function csrfToken() {
-  const match = /(?:^|;\s*)csrftoken=([^;]+)/.exec(document.cookie);
-  return match ? decodeURIComponent(match[1]) : "";
-}
-
 // `conversation()`: the one shown, or null; `ensure()`: resolves to it, creating it first if needed;
 // `say(text)`: a line in the status bar.
 export function setUpDocuments({ conversation, ensure, say }) {
@@ -47,7 +42,7 @@ export function setUpDocuments({ conversation, ensure, say }) {
     form.append("file", file);
     say("Attaching " + file.name + "…");
     const response = await fetch("/c/" + current.id + "/documents", {
-      method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrfToken() }, body: form,
+      method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": http.csrfToken() }, body: form,
     });
     const data = await response.json().catch(() => ({}));
     if (!response.ok) {

@@ -6,11 +6,6 @@ import * as http from "./http.js";
 
 const RESUME_DELAY_MS = 1000;
 
-function csrfToken() {
-  const match = /(?:^|;\s*)csrftoken=([^;]+)/.exec(document.cookie);
-  return match ? decodeURIComponent(match[1]) : "";
-}
-
 // Each SSE event of a response body, as {id, data}, as it arrives.
 async function* events(response) {
   const reader = response.body.getReader();
@@ -60,7 +55,7 @@ export class HttpTransport {
   }
 
   async stream(method, url, body, message, after) {
-    const headers = { "X-CSRFToken": csrfToken() };
+    const headers = { "X-CSRFToken": http.csrfToken() };
     if (body) headers["Content-Type"] = "application/json";
     if (after != null && after >= 0) headers["Last-Event-ID"] = String(after);
     let last = after == null ? -1 : after;

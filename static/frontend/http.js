@@ -1,6 +1,7 @@
 // JSON requests to the chat's own endpoints, with the session's CSRF token.
 
-function csrfToken() {
+// The session's CSRF token, for requests that change something.
+export function csrfToken() {
   const match = /(?:^|;\s*)csrftoken=([^;]+)/.exec(document.cookie);
   return match ? decodeURIComponent(match[1]) : "";
 }
