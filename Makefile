@@ -73,5 +73,6 @@ bench: prepare
 	$(BIN)/python -m bench.bench_batching $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_prefix $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_knee $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_relay $(BENCH_FLAGS)
 	$(BIN)/python -m bench.report
 	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat)

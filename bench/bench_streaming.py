@@ -3,7 +3,8 @@
 The same prompts at 1, 4, 16 and 32 concurrent chats, first straight to the engine
 over streaming HTTP, then end to end through the product's WebSocket (daphne,
 consumer, generation task, engine client), on one engine. Reports time to first token
-p50/p95, time between tokens p50/p99 and output tokens/s for both, and their ratios.
+p50/p95, time between tokens p50/p99 and output tokens/s for both, and their ratios, and the
+CPU each spends per token: the web process's (daphne) beside the engine's own API server's.
 Targets: at least 0.95 of the raw throughput; at most 20 ms added to the p50 TTFT.
 """
 
@@ -15,10 +16,11 @@ import httpx
 from bench.clients import ProductChat, RawEngine, run_concurrently
 from bench.processes import (
     bench_users,
+    cpu_seconds,
     engine_config,
-    engine_running,
+    engine_process,
     product_environment,
-    product_running,
+    product_process,
     redis_running,
 )
 from bench.prompts import PROMPTS, SHORT_SYSTEM_PROMPT, new_salt
@@ -39,32 +41,50 @@ def messages(prompt: str) -> list[dict]:
     return [{"role": "system", "content": SHORT_SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
 
 
-async def raw_level(engine_url: str, level: int, jobs: list[str]) -> dict:
+def cpu_per_token(figures: dict, name: str, seconds: float) -> None:
+    """CPU ms a process spent per output token, from its CPU seconds over the run."""
+    tokens = figures["completion_tokens"]
+    figures[name] = round(seconds * 1000 / tokens, 3) if tokens else None
+
+
+async def raw_level(engine_url: str, level: int, jobs: list[str], api_pid: int | None = None) -> dict:
     raw = RawEngine(engine_url, max_tokens=MAX_TOKENS)
     salt = new_salt()
+    api_before = cpu_seconds(api_pid) if api_pid else 0.0
     try:
         answers, wall = await run_concurrently(
             level, jobs, lambda _, p: raw.chat(messages(p), cache_salt=salt)
         )
     finally:
         await raw.close()
-    return summarize(answers, wall)
+    figures = summarize(answers, wall)
+    if api_pid:
+        cpu_per_token(figures, "engine_api_cpu_ms_per_token", cpu_seconds(api_pid) - api_before)
+    return figures
 
 
-async def product_level(base_url: str, cookies: list[str], jobs: list[str]) -> dict:
+async def product_level(
+    base_url: str, cookies: list[str], jobs: list[str], pids: tuple[int, int] | None = None
+) -> dict:
+    """`pids`: the web process's and the engine's API server's, whose CPU is counted."""
     chats = [ProductChat(base_url, cookie) for cookie in cookies]
     for chat in chats:
         await chat.__aenter__()
     before = await web_tier_ttft(base_url)
+    cpu_before = [cpu_seconds(pid) for pid in pids or ()]
     try:
         answers, wall = await run_concurrently(
             len(chats), jobs, lambda i, p: chats[i].ask(p, new_conversation=True)
         )
     finally:
+        cpu_after = [cpu_seconds(pid) for pid in pids or ()]
         for chat in chats:
             await chat.__aexit__(None, None, None)
     after = await web_tier_ttft(base_url)
     figures = summarize(answers, wall)
+    if pids:
+        cpu_per_token(figures, "web_cpu_ms_per_token", cpu_after[0] - cpu_before[0])
+        cpu_per_token(figures, "engine_api_cpu_ms_per_token", cpu_after[1] - cpu_before[1])
     # The product's own /metrics splits the overhead: the web tier's TTFT starts when the
     # answer's task starts (after the turn is stored), the client's when it sends the frame.
     count = after[1] - before[1]
@@ -88,6 +108,12 @@ def compare(raw: dict, product: dict) -> dict:
         "ttft_p50_added_ms": round(product["ttft_p50_ms"] - raw["ttft_p50_ms"], 1),
         "ttft_p95_added_ms": round(product["ttft_p95_ms"] - raw["ttft_p95_ms"], 1),
         "gap_p50_added_ms": round(product["gap_p50_ms"] - raw["gap_p50_ms"], 1),
+        # The web tier's CPU per token against what the engine's own API server spends per token.
+        "web_cpu_per_token_vs_engine_api": round(
+            product["web_cpu_ms_per_token"] / raw["engine_api_cpu_ms_per_token"], 2
+        )
+        if product.get("web_cpu_ms_per_token") and raw.get("engine_api_cpu_ms_per_token")
+        else None,
     }
 
 
@@ -101,9 +127,9 @@ def main(argv: list[str] | None = None) -> dict:
     options = parser().parse_args(argv)
     config = engine_config()
     levels = []
-    with redis_running(), engine_running(config, "streaming-engine") as engine_url:
+    with redis_running(), engine_process(config, "streaming-engine") as (engine_url, api_pid):
         environment = product_environment(system_prompt=SHORT_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
-        with product_running(engine_url, **environment) as base_url:
+        with product_process(engine_url, **environment) as (base_url, daphne):
             # Warm both paths once (first-request costs are not what is measured).
             asyncio.run(raw_level(engine_url, 1, PROMPTS[:1]))
             with bench_users(1) as cookies:
@@ -113,9 +139,10 @@ def main(argv: list[str] | None = None) -> dict:
                 raws, products = [], []
                 # Alternating repetitions, so a burst of load from elsewhere hits one of each at most.
                 for _ in range(repeats(options)):
-                    raws.append(asyncio.run(raw_level(engine_url, level, jobs)))
+                    raws.append(asyncio.run(raw_level(engine_url, level, jobs, api_pid)))
                     with bench_users(level) as cookies:
-                        products.append(asyncio.run(product_level(base_url, cookies, jobs)))
+                        pids = (daphne.pid, api_pid)
+                        products.append(asyncio.run(product_level(base_url, cookies, jobs, pids)))
                 raw, product = best(raws), best(products)
                 row = {"concurrency": level, "raw": raw, "product": product, **compare(raw, product)}
                 print(row, flush=True)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -58,13 +59,14 @@ def engine_config(**overrides) -> EngineConfig:
 
 
 @contextlib.contextmanager
-def engine_running(config: EngineConfig, name: str = "engine") -> Iterator[str]:
+def engine_process(config: EngineConfig, name: str = "engine") -> Iterator[tuple[str, int]]:
+    """vLLM started by the product's launcher: (URL, pid of its API server process)."""
     log = log_file(name)
     engine = EngineProcess(config, output=log)
     engine.start()
     try:
         engine.wait_healthy(timeout=settings.INFERENCE_STARTUP_TIMEOUT)
-        yield config.url
+        yield config.url, engine.process.pid
     finally:
         engine.stop()
         # Not closed: the launcher's output thread may still be writing the engine's last lines.
@@ -72,10 +74,29 @@ def engine_running(config: EngineConfig, name: str = "engine") -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def product_running(engine_url: str, **environment: str) -> Iterator[str]:
-    """daphne serving the product against `engine_url`, with extra settings from `environment`."""
+def engine_running(config: EngineConfig, name: str = "engine") -> Iterator[str]:
+    with engine_process(config, name) as (url, _):
+        yield url
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process (not its children), from /proc."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+@contextlib.contextmanager
+def product_process(engine_url: str, **environment: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """daphne serving the product against `engine_url`, with extra settings from `environment`:
+    (base URL, process)."""
     env = dict(os.environ, INFERENCE_URL=engine_url, **environment)
-    with daphne_running(env, LOGS / "daphne.log") as (base, _):
+    with daphne_running(env, LOGS / "daphne.log") as served:
+        yield served
+
+
+@contextlib.contextmanager
+def product_running(engine_url: str, **environment: str) -> Iterator[str]:
+    with product_process(engine_url, **environment) as (base, _):
         yield base
 
 

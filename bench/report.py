@@ -3,7 +3,7 @@
 Run after the benchmarks (`make bench` does); a benchmark that has not run yet is
 listed as missing. Targets are reported as met or missed, never asserted.
 
-Why one module of about 400 lines: one section per benchmark, each a few independent
+Why one module of about 470 lines: one section per benchmark, each a few independent
 functions, all writing the one document.
 """
 
@@ -123,6 +123,80 @@ def streaming_section(result: dict, folder: Path) -> str:
             f"{verdict(worst_ratio >= 0.95)}. At most 20 ms added to the p50 TTFT — worst level "
             f"{worst_added:+.1f} ms, {verdict(worst_added <= 20)}.",
             STREAMING_TRACE,
+            *cpu_parts(levels),
+        ]
+    )
+
+
+def cpu_parts(levels: list[dict]) -> list[str]:
+    """CPU per token: the web process against the engine's own API server, on the same engine."""
+    measured = [r for r in levels if r["product"].get("web_cpu_ms_per_token") is not None]
+    if not measured:
+        return []
+    rows = [
+        [
+            r["concurrency"],
+            r["raw"]["engine_api_cpu_ms_per_token"],
+            r["product"]["engine_api_cpu_ms_per_token"],
+            r["product"]["web_cpu_ms_per_token"],
+            r["web_cpu_per_token_vs_engine_api"],
+        ]
+        for r in measured
+    ]
+    top = max(measured, key=lambda r: r["concurrency"])
+    web, ratio = top["product"]["web_cpu_ms_per_token"], top["web_cpu_per_token_vs_engine_api"]
+    return [
+        "CPU spent per output token (ms, user + system time of the process over the run, from /proc): "
+        "vLLM's own API server when clients stream from it directly, the same server when the product "
+        "is its client, and the product's web process (daphne), which does the work of an API server "
+        "and more (the turn stored, the answer's Redis stream, the WebSocket).",
+        table(["chats", "API server, raw", "API server, product", "web process", "web / API server"], rows),
+        f"Targets at {top['concurrency']} chats: web CPU per token at most 0.3 ms (Open WebUI's, measured "
+        f"on the same work) — {web:.3f} ms, {verdict(web <= 0.3)}; at most 2× the engine's API server — "
+        f"{ratio:.2f}×, {verdict(ratio <= 2)}.",
+    ]
+
+
+def relay_section(result: dict, folder: Path) -> str:
+    rows = [
+        [
+            f"{r['seconds_between_tokens'] * 1000:g} ms" if r["seconds_between_tokens"] else "none",
+            r["tokens"],
+            round(result["chats"] / r["seconds_between_tokens"]) if r["seconds_between_tokens"] else "–",
+            r["tokens_per_s"],
+            r["tokens_per_frame"],
+            r["web_cpu_ms_per_token"],
+            r["web_cpu_share"],
+        ]
+        for r in result["paces"]
+    ]
+    fastest = max(result["paces"], key=lambda r: r["tokens_per_s"])
+    paced = max(result["paces"], key=lambda r: r["seconds_between_tokens"])
+    return "\n\n".join(
+        [
+            "## 5. The web tier alone: CPU per relayed token, and the most one web process relays",
+            f"{result['chats']} concurrent chats over the WebSocket against `bench.fast_engine`, a stand-in "
+            "for an engine far faster than this host's that streams one-word chunks at a set pace per "
+            "answer (every other benchmark runs vLLM). Deltas that reach the web process together travel "
+            "as one frame, so when the engine outpaces the web tier, frames grow instead of falling behind.",
+            table(
+                [
+                    "between tokens",
+                    "tokens an answer",
+                    "offered tokens/s",
+                    "relayed tokens/s",
+                    "tokens per frame",
+                    "web CPU ms/token",
+                    "web CPU, share of a core",
+                ],
+                rows,
+            ),
+            f"Target: one web process relays at least 4,000 tokens/s from a fast engine — "
+            f"{fastest['tokens_per_s']:,.0f} ({fastest['tokens_per_frame']:.1f} tokens a frame), "
+            f"{verdict(fastest['tokens_per_s'] >= 4000)}. At one token a frame ("
+            f"{paced['seconds_between_tokens'] * 1000:g} ms pace) the web process spends "
+            f"{paced['web_cpu_ms_per_token']:.3f} ms per token: about "
+            f"{1000 / paced['web_cpu_ms_per_token']:,.0f} tokens/s a core before frames start to grow.",
         ]
     )
 
@@ -354,7 +428,7 @@ def machine_section(results: list[dict]) -> str:
 
 INTRO = """# Benchmarks
 
-`make bench` runs the four benchmarks in `bench/` and rewrites this page, its charts and the JSON
+`make bench` runs the benchmarks in `bench/` and rewrites this page, its charts and the JSON
 results in `docs/benchmarks/`; `make bench QUICK=1` runs a reduced set (fewer requests and engine
 settings). Each benchmark starts its own engine(s) with `inference.launcher` and the product with
 daphne on the configured database and Redis, like `make run`, and compares against the raw engine in
@@ -374,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
         "batching": batching_section,
         "prefix": prefix_section,
         "knee": knee_section,
+        "relay": relay_section,
     }
     for name, build in builders.items():
         result = load(options.results, name)

@@ -10,13 +10,14 @@ frames (stop, new messages) while tokens flow.
 import asyncio
 import logging
 
+import orjson
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
 import redisconn
 from frontend import metrics, protocol, rates, selectors, services, socket_auth, streams
-from frontend.generation import answer_start, answer_stop
+from frontend.generation import answer_start, answer_stop, follow
 from frontend.models import Message
 from frontend.protocol import Refusal
 from inference.engine import engine_client
@@ -25,6 +26,11 @@ log = logging.getLogger(__name__)
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
+    @classmethod
+    async def encode_json(cls, content: dict) -> str:
+        # Every token goes out through here: orjson, as the answers' Redis frames.
+        return orjson.dumps(content).decode()
+
     async def connect(self) -> None:
         """Accept logged-in users only; anyone else is refused at the handshake."""
         self.user = self.scope.get("user")
@@ -190,7 +196,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, message_id: int, after: int) -> None:
         """Send the answer's frames after token `after`, live, until it ends."""
         try:
-            async for frame in streams.follow(redisconn.client(), message_id, after):
+            async for frame in follow(message_id, after):
                 await self.send_json(frame)
                 if frame["type"] in protocol.TERMINAL:
                     return

@@ -3,10 +3,12 @@
 A `Generation` runs as its own asyncio task, owned by the web process rather than
 by any WebSocket: a dropped connection does not stop it. Every frame it makes
 goes into the answer's Redis stream (frontend.streams), which any connection of
-the user, in any web process, follows or resumes. Only an explicit stop (from any
-tab: a local call, or a message from another process, frontend.watcher) or a timeout
-(frontend.deadlines) aborts the engine request: cancelling the task closes the
-engine stream.
+the user, in any web process, follows or resumes. It also keeps its frames in
+memory, so a follower in its own process (the socket that asked, most of the time)
+reads them from there (`follow`), without a Redis read per token. Only an explicit
+stop (from any tab: a local call, or a message from another process,
+frontend.watcher) or a timeout (frontend.deadlines) aborts the engine request:
+cancelling the task closes the engine stream.
 
 The message row is written once, when the answer ends, whichever way it ends.
 
@@ -19,7 +21,7 @@ import asyncio
 import contextvars
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 import redis.asyncio as aioredis
@@ -80,6 +82,10 @@ class Generation:
         self.note = ""
         self.completion = Completion(finish_reason="")
         self._started = 0.0
+        # What the answer's stream holds, as (position, frame), and an event set when it grows.
+        self._frames: list[tuple[int, dict]] = []
+        self._grown = asyncio.Event()
+        self._ended = False
 
     def start(self) -> asyncio.Task:
         self.task = asyncio.create_task(self._run(), name=f"generation-{self.message_id}")
@@ -96,6 +102,31 @@ class Generation:
         self._stop_reason = reason
         self.task.cancel()
 
+    async def frames_after(self, after: int) -> AsyncIterator[dict]:
+        """The frames after token `after`, live, as `streams.follow` reads them from Redis.
+
+        Ends without a closing frame only if the answer ended without one (which a Redis
+        follower would see as a stream that stopped growing)."""
+        index = next((i for i, (position, _) in enumerate(self._frames) if position > after), None)
+        index = len(self._frames) if index is None else index
+        while True:
+            while index < len(self._frames):
+                frame = self._frames[index][1]
+                index += 1
+                yield frame
+                if frame["type"] in protocol.TERMINAL:
+                    return
+            if self._ended:
+                return
+            await self._grown.wait()
+
+    def _wrote(self, position: int, frame: dict | None) -> None:
+        """Keep a frame the stream is given, and wake the followers in this process."""
+        if frame is not None:
+            self._frames.append((position, frame))
+        grown, self._grown = self._grown, asyncio.Event()
+        grown.set()
+
     async def _run(self) -> None:
         bind_log_context(
             request_id=f"chat-{self.message_id}",
@@ -108,6 +139,8 @@ class Generation:
         try:
             await self._generate(r)
         finally:
+            self._ended = True
+            self._wrote(self.seq, None)
             metrics.generation_ended()
             await self._release(r)
 
@@ -214,6 +247,8 @@ class Generation:
         await self._close_stream(r, frame)
 
     async def _publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
+        # Followers in this process have it at once, and never miss one whose write a stop cut.
+        self._wrote(position, frame)
         await streams.publish(r, self.message_id, position, frame)
 
     def _done_frame(self, fields: dict, completion: Completion) -> dict:
@@ -232,10 +267,11 @@ class Generation:
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
         await self._release(r)
+        self._wrote(self.seq, frame)
         # Readers wait for this frame: a failure of the moment gets two more tries.
         for attempt in range(CLOSING_ATTEMPTS):
             try:
-                await self._publish(r, self.seq, frame)
+                await streams.publish(r, self.message_id, self.seq, frame)
                 return
             except RedisError as exc:
                 # A try whose reply was lost may have written the frame: its position is taken.
@@ -269,6 +305,15 @@ class Generation:
             cached_tokens=fields.get("cached_tokens"),
             completion_tokens=fields.get("completion_tokens") or self.seq,
         )
+
+
+def follow(message_id: int, after: int = -1) -> AsyncIterator[dict]:
+    """The answer's frames after token `after` (-1: from the start), live, until its closing frame:
+    from memory when this process generates it, else from its Redis stream."""
+    generation = RUNNING.get(message_id)
+    if generation is not None and generation.task.get_loop() is asyncio.get_running_loop():
+        return generation.frames_after(after)
+    return streams.follow(redisconn.client(), message_id, after)
 
 
 def _checked_start(start_turn: Callable[..., services.Turn], *, user, **arguments) -> services.Turn:

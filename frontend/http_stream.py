@@ -31,7 +31,7 @@ import redisconn
 from apitokens.auth import auser_for_request, bearer_token
 from apitokens.models import Scope
 from frontend import protocol, selectors, services, streams
-from frontend.generation import answer_start, answer_stop
+from frontend.generation import answer_start, answer_stop, follow
 from frontend.http_json import (
     ApiError,
     check_csrf,
@@ -151,7 +151,7 @@ async def chat_stream(request: HttpRequest) -> HttpResponse:
     data = read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 * 8 + 1024)
     start_turn, arguments = _turn_request(data)
     generation = await answer_start(user=user, engine=engine_client(), start_turn=start_turn, **arguments)
-    frames = streams.follow(redisconn.client(), generation.message_id)
+    frames = follow(generation.message_id)
     try:
         first = await anext(frames)
     except BaseException:
@@ -198,7 +198,7 @@ async def _resume(request: HttpRequest) -> HttpResponse:
     ids = {"conversation": message.conversation_id, "message": message.pk, "user_message": message.parent_id}
     r = redisconn.client()
     if message.status == Message.Status.GENERATING or await streams.exists(r, message_id):
-        return event_stream(_events(None, streams.follow(r, message_id, after), ids))
+        return event_stream(_events(None, follow(message_id, after), ids))
 
     async def ended() -> AsyncIterator[bytes]:
         # Its stream is gone: the stored answer, whole, as its closing event.

@@ -8,11 +8,14 @@ after it, from any tab and any web process. Streams have a bounded length and
 expire CHAT_STREAM_TTL_SECONDS after their last entry.
 """
 
-import json
+import asyncio
+import weakref
 from collections.abc import AsyncIterator
 
+import orjson
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.exceptions import RedisError
 
 import redisconn
 from frontend.protocol import TERMINAL
@@ -38,12 +41,15 @@ def _entry_id(position: int) -> str:
 async def open_stream(r: aioredis.Redis, message_id: int) -> None:
     """Create the stream with its marker, so readers can tell a started answer from a lost one.
 
-    A leftover stream under the same id (a store that was reset) is replaced. The
-    expiry set here outlasts the longest answer (CHAT_TOTAL_TIMEOUT), so tokens
-    need not refresh it; the closing frame restarts it."""
+    A leftover stream under the same id (a store that was reset, or a test database
+    rolled back) is replaced, and a leftover stop request for it dropped: one sent for the
+    earlier answer in its last moment outlives it by up to CHAT_LEASE_SECONDS, and would
+    stop this one before its first token. No stop for this answer can come earlier: its id
+    reaches clients only once the stream is open. The expiry set here outlasts the longest
+    answer (CHAT_TOTAL_TIMEOUT), so tokens need not refresh it; the closing frame restarts it."""
     key = keys.chat_stream(message_id)
     async with r.pipeline(transaction=True) as pipe:
-        pipe.delete(key)
+        pipe.delete(key, keys.chat_stop_requested(message_id))
         _xadd(pipe, key, "1-0", {"type": "chat.opened", "message": message_id})
         pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
         await pipe.execute()
@@ -51,21 +57,76 @@ async def open_stream(r: aioredis.Redis, message_id: int) -> None:
 
 async def publish(r: aioredis.Redis, message_id: int, position: int, frame: dict) -> None:
     """Append the frame at `position` (a token's seq; the closing frame takes the next one)."""
-    key = keys.chat_stream(message_id)
-    if frame["type"] not in TERMINAL:
-        # One round trip per token: the hot path of every answer.
-        await _xadd(r, key, _entry_id(position), frame)
-        return
-    async with r.pipeline(transaction=False) as pipe:
-        _xadd(pipe, key, _entry_id(position), frame)
-        pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
-        await pipe.execute()
+    ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
+    await _writer(r).write(keys.chat_stream(message_id), _entry_id(position), frame, ttl)
+
+
+class _FrameWriter:
+    """Writes the frames that the answers of one event loop publish: those that wait together go
+    in one pipeline. A token is the hot path of every answer, and many answers' tokens come
+    together (the engine makes one for each running answer at every step): one round trip
+    carries them all, where a command each cost a round trip each. A frame's writer still
+    waits for its own reply, so a failure reaches the answer that published it."""
+
+    def __init__(self, r: aioredis.Redis) -> None:
+        self._r = r
+        self._waiting: list[tuple[str, str, dict, int | None, asyncio.Future]] = []
+        self._flushing: asyncio.Task | None = None
+
+    async def write(self, key: str, entry_id: str, frame: dict, ttl: int | None) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((key, entry_id, frame, ttl, future))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.create_task(self._flush(), name="chat-frame-writer")
+        await future
+
+    async def _flush(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                async with self._r.pipeline(transaction=False) as pipe:
+                    for key, entry_id, frame, ttl, _ in batch:
+                        _xadd(pipe, key, entry_id, frame)
+                        if ttl is not None:
+                            pipe.expire(key, ttl)
+                    replies = iter(await pipe.execute(raise_on_error=False))
+            except Exception as exc:  # the connection failed: every frame of the batch did
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            try:
+                for _, _, _, ttl, future in batch:
+                    reply = next(replies)
+                    if ttl is not None:
+                        next(replies)
+                    if future.done():  # its writer was cancelled (a stop): the frame is written all the same
+                        continue
+                    if isinstance(reply, Exception):
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(None)
+            finally:
+                # Never leave a writer waiting, whatever went wrong above.
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(RedisError("no reply for this frame"))
+
+
+_writers: "weakref.WeakKeyDictionary[aioredis.Redis, _FrameWriter]" = weakref.WeakKeyDictionary()
+
+
+def _writer(r: aioredis.Redis) -> _FrameWriter:
+    found = _writers.get(r)
+    if found is None:
+        found = _writers[r] = _FrameWriter(r)
+    return found
 
 
 def _xadd(client, key: str, entry_id: str, frame: dict):
     return client.xadd(
         key,
-        {"frame": json.dumps(frame)},
+        {"frame": orjson.dumps(frame)},
         id=entry_id,
         maxlen=settings.CHAT_STREAM_MAX_ENTRIES,
         approximate=False,
@@ -93,7 +154,7 @@ async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIt
             continue
         for entry_id, fields in result[0][1]:
             last = entry_id
-            frame = json.loads(fields[b"frame"])
+            frame = orjson.loads(fields[b"frame"])
             yield frame
             if frame["type"] in TERMINAL:
                 return

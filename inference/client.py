@@ -5,16 +5,26 @@ ends with a `Completion`, plus prompt token counting and a health probe. Stoppin
 a generation is closing its iterator (or cancelling the task that drives it):
 that closes the HTTP stream, and vLLM aborts the request when its client goes away.
 
-`OpenAIEngineClient` talks to vLLM's OpenAI-compatible server through the openai
-SDK. Unit tests may substitute another implementation to inject faults.
+`OpenAIEngineClient` talks to vLLM's OpenAI-compatible server over httpx. Unit tests may
+substitute another implementation to inject faults.
+
+The chat stream goes through aiohttp, read by `ChunkReader`, rather than the openai SDK
+over httpx: the SDK builds pydantic models for every chunk (a quarter of the web tier's CPU
+per relayed token, bench.bench_relay), and httpx parses HTTP in Python, chunk by chunk
+(a tenth), where aiohttp's parser is compiled. The reader parses each server-sent event with
+orjson, and the deltas of everything aiohttp has buffered when it is read become one
+`TextDelta`: an engine ahead of its reader costs one frame downstream per read, not per token.
 """
 
+import asyncio
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import aiohttp
 import httpx
-import openai
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -113,15 +123,88 @@ def metric_sums(text: str, names: Sequence[str]) -> dict[str, float]:
 
 
 def _engine_error(exc: Exception) -> EngineError:
-    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return EngineError("The engine did not answer in time.", code="engine_timeout")
-    if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
+    if isinstance(exc, httpx.TransportError | aiohttp.ClientError):
         return EngineError("The engine is not reachable.", code="engine_unavailable")
-    if isinstance(exc, openai.BadRequestError):
-        return EngineError(f"The engine refused the request: {exc.message}", code="engine_rejected")
-    if isinstance(exc, openai.APIStatusError):
-        return EngineError(f"The engine failed ({exc.status_code}): {exc.message}")
     return EngineError(f"The engine failed: {exc}")
+
+
+def _error_message(body: bytes) -> str:
+    """The message of an error reply: OpenAI's `{"error": {"message"}}`, or vLLM's older
+    `{"message"}`, or the text itself."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode(errors="replace").strip()[:500]
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if data.get("message"):
+            return str(data["message"])
+    return str(data)[:500]
+
+
+def _status_error(status: int, body: bytes) -> EngineError:
+    message = _error_message(body)
+    if status == 400:
+        return EngineError(f"The engine refused the request: {message}", code="engine_rejected")
+    return EngineError(f"The engine failed ({status}): {message}")
+
+
+class ChunkReader:
+    """The events of an OpenAI chat stream, read as bytes arrive.
+
+    `feed` takes what one network read brought and returns the text of all the deltas
+    that completed in it; the finish reason and usage are kept as they pass. An event
+    may span reads; `data:` lines of one event are joined as the SSE format says."""
+
+    def __init__(self) -> None:
+        self.finish_reason = "stop"
+        self.usage: dict | None = None
+        self.done = False
+        self._pending = b""
+        self._data: list[bytes] = []
+
+    def feed(self, received: bytes) -> str:
+        lines = (self._pending + received).split(b"\n")
+        self._pending = lines.pop()
+        parts: list[str] = []
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if line.startswith(b"data:"):
+                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif not line and self._data:
+                self._event(b"\n".join(self._data), parts)
+                self._data = []
+        return "".join(parts)
+
+    def _event(self, data: bytes, parts: list[str]) -> None:
+        if data == b"[DONE]":
+            self.done = True
+            return
+        chunk = orjson.loads(data)
+        if chunk.get("error") or chunk.get("object") == "error":
+            raise EngineError(f"The engine failed mid-answer: {_error_message(data)}")
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                parts.append(content)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def completion(self) -> Completion:
+        usage = self.usage or {}
+        details = usage.get("prompt_tokens_details")
+        return Completion(
+            finish_reason=self.finish_reason,
+            prompt_tokens=usage.get("prompt_tokens"),
+            cached_tokens=(details.get("cached_tokens") or 0) if details else None,
+            completion_tokens=usage.get("completion_tokens"),
+        )
 
 
 class OpenAIEngineClient:
@@ -138,56 +221,69 @@ class OpenAIEngineClient:
         # The read timeout bounds the wait for each streamed chunk. No retries: a
         # retried stream would generate the answer a second time.
         timeout = httpx.Timeout(token_timeout, connect=connect_timeout)
-        self._openai = openai.AsyncOpenAI(
-            base_url=self._base_url + "/v1", api_key="unused", timeout=timeout, max_retries=0
-        )
         self._http = httpx.AsyncClient(base_url=self._base_url, timeout=timeout)
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=token_timeout
+        )
+        # One session per event loop (its connections belong to that loop).
+        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            # As many streams as admission lets through: it, not the pool, bounds them.
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+            session = aiohttp.ClientSession(
+                connector=connector, timeout=self._stream_timeout, auto_decompress=False
+            )
+            self._sessions[loop] = session
+        return session
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
-        extra_body: dict = {**request.sampling, "priority": request.priority}
+        body: dict = {
+            **request.sampling,
+            "model": request.model or self.model,
+            "messages": list(request.messages),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "priority": request.priority,
+        }
         if request.cache_salt:
-            extra_body["cache_salt"] = request.cache_salt
+            body["cache_salt"] = request.cache_salt
         if request.min_tokens:
             # vLLM refuses a floor above the ceiling.
-            extra_body["min_tokens"] = min(request.min_tokens, request.max_tokens)
-        extra_headers = {}
+            body["min_tokens"] = min(request.min_tokens, request.max_tokens)
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if request.request_id:
-            extra_headers["X-Request-Id"] = request.request_id
+            headers["X-Request-Id"] = request.request_id
         if request.affinity:
-            extra_headers["X-Session-ID"] = request.affinity
-        finish_reason = "stop"
-        usage = None
+            headers["X-Session-ID"] = request.affinity
+        reader = ChunkReader()
+        url = self._base_url + "/v1/chat/completions"
         try:
-            stream = await self._openai.chat.completions.create(
-                model=request.model or self.model,
-                messages=list(request.messages),
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=extra_body,
-                extra_headers=extra_headers or None,
-            )
-            async with stream:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = chunk.usage
-                    for choice in chunk.choices:
-                        if choice.delta.content:
-                            yield TextDelta(choice.delta.content)
-                        if choice.finish_reason:
-                            finish_reason = choice.finish_reason
-        except openai.OpenAIError as exc:
+            async with self._session().post(url, data=orjson.dumps(body), headers=headers) as response:
+                try:
+                    if response.status >= 400:
+                        raise _status_error(response.status, await response.read())
+                    async for received in response.content.iter_any():
+                        text = reader.feed(received)
+                        if text:
+                            yield TextDelta(text)
+                finally:
+                    if not response.content.at_eof():
+                        # Left early (a stop, a deadline): drop the connection, and vLLM aborts
+                        # the request when its client goes away.
+                        response.close()
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise _engine_error(exc) from exc
-        except httpx.HTTPError as exc:
-            raise _engine_error(exc) from exc
-        details = getattr(usage, "prompt_tokens_details", None)
-        yield Completion(
-            finish_reason=finish_reason,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            cached_tokens=(details.cached_tokens or 0) if details else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-        )
+        except orjson.JSONDecodeError as exc:
+            raise EngineError(f"The engine sent a malformed event: {exc}") from exc
+        yield reader.completion()
 
     async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         try:
@@ -229,8 +325,10 @@ class OpenAIEngineClient:
         )
 
     async def aclose(self) -> None:
-        """Close the connection pools; a client lives on one event loop."""
-        await self._openai.close()
+        """Close the connection pools of the running event loop."""
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
         await self._http.aclose()
 
     async def _post(self, path: str, payload: dict) -> dict:

@@ -4,7 +4,13 @@ import importlib
 
 import pytest
 
-MODULES = ["bench_streaming", "bench_batching", "bench_prefix", "bench_knee"]
+MODULES = [
+    "bench_streaming",
+    "bench_batching",
+    "bench_prefix",
+    "bench_knee",
+    "bench_relay",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -59,7 +65,24 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
             for c in (1, 4)
         ],
     }  # fmt: skip
+    streaming["levels"][1]["product"] = {
+        **figures,
+        "web_cpu_ms_per_token": 0.25,
+        "engine_api_cpu_ms_per_token": 0.1,
+    }
+    streaming["levels"][1]["raw"] = {**figures, "engine_api_cpu_ms_per_token": 0.1}
+    streaming["levels"][1]["web_cpu_per_token_vs_engine_api"] = 2.5
+    relay = {
+        "benchmark": "relay", "machine": machine, "duration_s": 60, "chats": 32,
+        "paces": [
+            {"seconds_between_tokens": 0.0, "tokens": 1024, "tokens_per_s": 9000.0, "tokens_per_frame": 20.0,
+             "web_cpu_ms_per_token": 0.1, "web_cpu_share": 1.0},
+            {"seconds_between_tokens": 0.05, "tokens": 128, "tokens_per_s": 600.0, "tokens_per_frame": 1.0,
+             "web_cpu_ms_per_token": 0.32, "web_cpu_share": 0.2},
+        ],
+    }  # fmt: skip
     (tmp_path / "streaming.json").write_text(json.dumps(streaming))
+    (tmp_path / "relay.json").write_text(json.dumps(relay))
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"old figures\n{report.NOTES}\n## Notes\nWritten by a person.\n")
     report.main(["--results", str(tmp_path), "--doc", str(doc)])
@@ -67,3 +90,6 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     assert "test cpu" in text and "streaming.png" in text and "Not run yet" in text
     assert "old figures" not in text and text.endswith("## Notes\nWritten by a person.\n")
     assert (tmp_path / "streaming.png").stat().st_size > 1000
+    # CPU per token: 0.25 ms meets 0.3 ms, 2.5× the API server misses 2×; 9,000 tokens/s meets 4,000.
+    assert "0.250 ms, met; at most 2× the engine's API server — 2.50×, **missed**" in text
+    assert "9,000 (20.0 tokens a frame), met" in text and "about 3,125 tokens/s a core" in text

@@ -67,16 +67,29 @@ async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_th
 async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(alice):
     turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
+    await streams.open_stream(r, turn.assistant_message_id)
     # Another process asks to stop it before this one has subscribed to the stop channel.
     await streams.request_stop(r, turn.assistant_message_id)
     fake = FakeEngine(["one "], hang=True)
-    await streams.open_stream(r, turn.assistant_message_id)
     generation = Generation(turn, user_id=alice.pk, engine=fake)
     done, _ = await asyncio.wait([generation.start()], timeout=10)
     assert done, "the answer did not stop"
     stored = await Message.objects.aget(pk=turn.assistant_message_id)
     assert stored.status == Message.Status.STOPPED
     assert not await r.exists(keys.chat_stop_requested(turn.assistant_message_id))
+
+
+async def test_a_stop_left_for_an_earlier_answer_under_the_same_id_does_not_stop_a_new_one(alice):
+    """A store reset (or a rolled-back test database) hands an id out again; a stop sent to the
+    earlier answer in its last moment is still in Redis for CHAT_LEASE_SECONDS."""
+    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    await streams.request_stop(r, turn.assistant_message_id)
+    await streams.open_stream(r, turn.assistant_message_id)
+    generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one ", "two"]))
+    await asyncio.wait_for(generation.start(), 10)
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert (stored.status, stored.content) == (Message.Status.COMPLETE, "one two")
 
 
 async def test_it_stops_an_answer_from_another_tab_and_keeps_the_partial_text(alice, monkeypatch):

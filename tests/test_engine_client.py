@@ -4,7 +4,9 @@ answers with a minimal OpenAI stream (the real engine's replies are tested end t
 import asyncio
 import json
 
-from inference.client import ChatRequest, Completion, OpenAIEngineClient, TextDelta
+import pytest
+
+from inference.client import ChatRequest, ChunkReader, Completion, EngineError, OpenAIEngineClient, TextDelta
 
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
 
@@ -60,3 +62,115 @@ async def test_it_sends_the_conversation_as_the_routers_session_key_with_the_req
     assert (body["priority"], body["cache_salt"]) == (3, "salt")
     # Without an affinity the router may send the request anywhere.
     assert "x-session-id" not in plain_headers and "x-request-id" not in plain_headers
+
+
+def chunk(content: str | None = None, finish: str | None = None) -> bytes:
+    delta = {"content": content} if content is not None else {}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return b"data: " + json.dumps({**CHUNK, "choices": [choice]}).encode() + b"\n\n"
+
+
+def test_the_reader_joins_the_deltas_one_read_brings_and_keeps_an_event_split_across_reads():
+    reader = ChunkReader()
+    assert reader.feed(chunk("a") + chunk("b") + chunk("c")[:20]) == "ab"
+    assert reader.feed(chunk("c")[20:] + b": a comment\n\n") == "c"
+    # One event in several data lines, CRLF line ends, no space after the colon.
+    assert (
+        reader.feed(
+            b'data:{"choices": [{"delta": {"content": "d"},\r\ndata: "finish_reason": "length"}]}\r\n\r\n'
+        )
+        == "d"
+    )
+    usage = {"prompt_tokens": 5, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 2}}
+    assert (
+        reader.feed(b"data: " + json.dumps({**CHUNK, "choices": [], "usage": usage}).encode() + b"\n\n") == ""
+    )
+    assert reader.feed(b"data: [DONE]\n\n") == "" and reader.done
+    assert reader.completion() == Completion("length", prompt_tokens=5, cached_tokens=2, completion_tokens=4)
+
+
+async def serving(reply: bytes) -> tuple[asyncio.Server, str]:
+    """A server that answers every request with `reply` (status line, headers and body), then closes."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().split("\r\n")
+        length = next(int(line.split(": ")[1]) for line in head if line.lower().startswith("content-length"))
+        await reader.readexactly(length)
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def reply(status: str, body: bytes, *, kind: str = "application/json", length: int | None = None) -> bytes:
+    length = len(body) if length is None else length
+    return f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n\r\n".encode() + body
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "detail"),
+    [
+        (
+            reply("400 Bad Request", b'{"error": {"message": "too long", "code": 400}}'),
+            "engine_rejected",
+            "too long",
+        ),
+        (
+            reply("500 Internal Server Error", b'{"object": "error", "message": "boom"}'),
+            "engine_error",
+            "(500): boom",
+        ),
+        (
+            reply(
+                "200 OK", chunk("a") + b'data: {"error": {"message": "oops"}}\n\n', kind="text/event-stream"
+            ),
+            "engine_error",
+            "mid-answer: oops",
+        ),
+        # The engine died mid-answer: the body ends short of its length.
+        (
+            reply("200 OK", chunk("a"), kind="text/event-stream", length=4096),
+            "engine_unavailable",
+            "not reachable",
+        ),
+    ],
+    ids=["400", "500", "error-event", "cut-short"],
+)
+async def test_it_maps_the_engines_failures_to_stable_codes(answer, code, detail):
+    server, url = await serving(answer)
+    client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=10)
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+    try:
+        with pytest.raises(EngineError) as failure:
+            [event async for event in client.stream_chat(request)]
+    finally:
+        await client.aclose()
+        server.close()
+    assert failure.value.code == code and detail in failure.value.detail
+
+
+async def test_it_gives_up_on_an_engine_silent_past_the_token_timeout():
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        writer.write(b"%x\r\n%s\r\n" % (len(chunk("a")), chunk("a")))
+        await writer.drain()
+        await asyncio.sleep(30)  # then nothing
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=0.5)
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+    seen = []
+    try:
+        with pytest.raises(EngineError) as failure:
+            async for event in client.stream_chat(request):
+                seen.append(event)
+    finally:
+        await client.aclose()
+        server.close()
+    assert seen == [TextDelta("a")] and failure.value.code == "engine_timeout"
