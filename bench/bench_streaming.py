@@ -12,7 +12,10 @@ import argparse
 import asyncio
 
 import httpx
+from asgiref.sync import sync_to_async
+from django.db import connection
 
+from bench import hardware
 from bench.clients import ProductChat, RawEngine, run_concurrently
 from bench.processes import (
     bench_users,
@@ -87,19 +90,38 @@ async def product_level(
         cpu_per_token(figures, "engine_api_cpu_ms_per_token", cpu_after[1] - cpu_before[1])
     # The product's own /metrics splits the overhead: the web tier's TTFT starts when the
     # answer's task starts (after the turn is stored), the client's when it sends the frame.
-    count = after[1] - before[1]
-    figures["web_tier_ttft_mean_ms"] = round((after[0] - before[0]) / count * 1000, 1) if count else None
+    figures["web_tier_ttft_mean_ms"] = mean_ms(
+        *(m["chat_time_to_first_token_seconds"] for m in (before, after))
+    )
+    figures["turn_store_mean_ms"] = mean_ms(*(m["chat_turn_store_seconds"] for m in (before, after)))
+    figures["database_connections"] = await sync_to_async(database_connections)()
     return figures
 
 
-async def web_tier_ttft(base_url: str) -> tuple[float, float]:
-    """Sum and count of the product's chat_time_to_first_token_seconds histogram."""
+HISTOGRAMS = ("chat_time_to_first_token_seconds", "chat_turn_store_seconds")
+
+
+async def web_tier_ttft(base_url: str) -> dict[str, tuple[float, float]]:
+    """Sum and count of the product's histograms of the web tier's time to first token and of
+    storing a turn."""
     async with httpx.AsyncClient() as client:
         text = (await client.get(base_url + "/metrics", timeout=10)).text
-    sums = metric_sums(
-        text, ["chat_time_to_first_token_seconds_sum", "chat_time_to_first_token_seconds_count"]
-    )
-    return sums["chat_time_to_first_token_seconds_sum"], sums["chat_time_to_first_token_seconds_count"]
+    sums = metric_sums(text, [f"{name}_{part}" for name in HISTOGRAMS for part in ("sum", "count")])
+    return {name: (sums[f"{name}_sum"], sums[f"{name}_count"]) for name in HISTOGRAMS}
+
+
+def mean_ms(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    count = after[1] - before[1]
+    return round((after[0] - before[0]) / count * 1000, 1) if count else None
+
+
+def database_connections() -> int | None:
+    """Connections open to the product's PostgreSQL database (the benchmark's own included)."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return cursor.fetchone()[0]
 
 
 def compare(raw: dict, product: dict) -> dict:
@@ -118,14 +140,14 @@ def compare(raw: dict, product: dict) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    cli = arguments(__doc__.splitlines()[0])
-    cli.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
-    return cli
+    return arguments(__doc__.splitlines()[0], levels=LEVELS)
 
 
 def main(argv: list[str] | None = None) -> dict:
     options = parser().parse_args(argv)
     config = engine_config()
+    # Measured before anything else runs: the host's own ceilings (bench.hardware).
+    ceilings = hardware.ceilings(config.model)
     levels = []
     with redis_running(), engine_process(config, "streaming-engine") as (engine_url, api_pid):
         environment = product_environment(system_prompt=SHORT_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
@@ -145,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
                         products.append(asyncio.run(product_level(base_url, cookies, jobs, pids)))
                 raw, product = best(raws), best(products)
                 row = {"concurrency": level, "raw": raw, "product": product, **compare(raw, product)}
+                row["hardware"] = hardware.shares(ceilings, product["tokens_per_s"], level)
                 print(row, flush=True)
                 levels.append(row)
     result = {
@@ -152,6 +175,8 @@ def main(argv: list[str] | None = None) -> dict:
         "quick": options.quick,
         "max_tokens": MAX_TOKENS,
         "engine": engine_settings(config),
+        "hardware": ceilings,
+        "database": connection.vendor,
         "levels": levels,
     }
     save(options.output, "streaming", result)

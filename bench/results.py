@@ -36,8 +36,16 @@ def repeats(options: argparse.Namespace) -> int:
     return options.repeats or (1 if options.quick else 2)
 
 
-def arguments(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None):
+def arguments(
+    description: str,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+    *,
+    levels: Sequence[int] | None = None,
+):
+    """The flags every benchmark takes; `levels`: the concurrency levels it runs by default."""
     parser = argparse.ArgumentParser(description=description)
+    if levels is not None:
+        parser.add_argument("--levels", type=int, nargs="+", default=list(levels))
     parser.add_argument("--quick", action="store_true", help="fewer requests and settings: a few minutes")
     parser.add_argument("--output", type=Path, default=RESULTS, help="folder for the JSON results")
     parser.add_argument(

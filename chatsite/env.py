@@ -53,6 +53,16 @@ def env_float(
     return _number(name, default, float, minimum, maximum)
 
 
+def env_choice(name: str, default: str, choices: set[str]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected one of {sorted(choices)}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from chatsite.env import env_bool, env_float, env_int, env_list, env_str
+from chatsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
@@ -154,6 +154,12 @@ INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", shutil.which("nvid
 INFERENCE_TENSOR_PARALLEL_SIZE = env_int("INFERENCE_TENSOR_PARALLEL_SIZE", 1, minimum=1)
 INFERENCE_PREFIX_CACHING = env_bool("INFERENCE_PREFIX_CACHING", True)
 INFERENCE_EXTRA_ARGS = env_str("INFERENCE_EXTRA_ARGS", "")
+# Speculative decoding: "off" or "ngram" (vLLM's prompt lookup: drafts copied from the prompt,
+# checked by the model in one step; no draft model). bench/bench_speculative.py, docs/benchmarks.md.
+INFERENCE_SPECULATIVE = env_choice("INFERENCE_SPECULATIVE", "off", {"off", "ngram"})
+INFERENCE_SPECULATIVE_TOKENS = env_int("INFERENCE_SPECULATIVE_TOKENS", 4, minimum=1, maximum=16)
+# Speculate only while at most this many sequences run; 0: at every batch size.
+INFERENCE_SPECULATIVE_MAX_BATCH = env_int("INFERENCE_SPECULATIVE_MAX_BATCH", 0, minimum=0)
 INFERENCE_STARTUP_TIMEOUT = env_float("INFERENCE_STARTUP_TIMEOUT", 600.0, minimum=1.0)
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 INFERENCE_TOKEN_TIMEOUT = env_float("INFERENCE_TOKEN_TIMEOUT", 60.0, minimum=0.1)

@@ -20,6 +20,7 @@ and the mapping of failures to outcomes already live beside it.
 import asyncio
 import contextvars
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -337,11 +338,13 @@ async def answer_start(
     except Refusal as refusal:
         metrics.admission_refused(refusal.extra["reason"])
         raise
+    storing = time.perf_counter()
     try:
         turn = await database_sync_to_async(_checked_start)(start_turn, user=user, **arguments)
     except BaseException:
         await admission.release(r, lease)
         raise
+    metrics.turn_stored(time.perf_counter() - storing)
     # Opened before anyone follows it: a leftover stream under a reused id is replaced first.
     await streams.open_stream(r, turn.assistant_message_id)
     generation = Generation(turn, user_id=user.pk, engine=engine, lease=lease)

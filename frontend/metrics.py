@@ -23,7 +23,9 @@ TIME_BETWEEN_TOKENS = Histogram(
     buckets=GAP_BUCKETS,
 )
 STREAMED_TOKENS = Counter(
-    "chat_streamed_tokens_total", "Token deltas streamed to browsers; its rate is the web tier's tokens/s."
+    "chat_streamed_tokens_total",
+    "Text deltas streamed to browsers: a token each, or several that came together (speculative decoding, "
+    "or an engine ahead of the web tier); its rate is the web tier's tokens/s, at least.",
 )
 GENERATION_TOKENS_PER_SECOND = Histogram(
     "chat_generation_tokens_per_second",
@@ -37,6 +39,11 @@ GENERATION_DURATION = Histogram(
     "Whole answer, start to end.",
     buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
 )
+TURN_STORE_SECONDS = Histogram(
+    "chat_turn_store_seconds",
+    "Storing a turn before its answer starts: the usage quota read and the prompt and answer rows written.",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2),
+)
 ACTIVE_GENERATIONS = Gauge(
     "chat_active_generations", "Answers streaming right now.", multiprocess_mode="livesum"
 )
@@ -48,6 +55,10 @@ ADMISSIONS_REFUSED = Counter(
     "chat_admissions_refused_total", "Chat requests refused by admission control, by reason.", ["reason"]
 )
 ENGINE_ERRORS = Counter("chat_engine_errors_total", "Failed engine calls, by error code.", ["code"])
+
+
+def turn_stored(seconds: float) -> None:
+    TURN_STORE_SECONDS.observe(seconds)
 
 
 def generation_started() -> None:

@@ -17,7 +17,6 @@ orjson, and the deltas of everything aiohttp has buffered when it is read become
 """
 
 import asyncio
-import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -226,14 +225,15 @@ class OpenAIEngineClient:
             total=None, sock_connect=connect_timeout, sock_read=token_timeout
         )
         # One session per event loop (its connections belong to that loop).
-        self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
         if session is None or session.closed:
+            # The sessions of loops that have ended (a test's, a job run's) end with them.
+            for ended in [other for other in self._sessions if other.is_closed()]:
+                del self._sessions[ended]
             # As many streams as admission lets through: it, not the pool, bounds them.
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
             session = aiohttp.ClientSession(

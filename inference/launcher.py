@@ -9,6 +9,7 @@ that restarts it are one lifecycle (start, wait healthy, stop the whole process 
 together when something goes wrong.
 """
 
+import json
 import os
 import shlex
 import signal
@@ -46,6 +47,11 @@ class EngineConfig:
     prefix_caching: bool
     extra_args: str = ""
     tensor_parallel_size: int = 1
+    # Speculative decoding: "off", or "ngram" (prompt lookup, no draft model), drafting this many tokens.
+    speculative: str = "off"
+    speculative_tokens: int = 4
+    # Speculate only while at most this many sequences run (0: at any batch size).
+    speculative_max_batch: int = 0
 
     @classmethod
     def from_settings(cls, settings) -> "EngineConfig":
@@ -63,6 +69,9 @@ class EngineConfig:
             prefix_caching=settings.INFERENCE_PREFIX_CACHING,
             extra_args=settings.INFERENCE_EXTRA_ARGS,
             tensor_parallel_size=settings.INFERENCE_TENSOR_PARALLEL_SIZE,
+            speculative=settings.INFERENCE_SPECULATIVE,
+            speculative_tokens=settings.INFERENCE_SPECULATIVE_TOKENS,
+            speculative_max_batch=settings.INFERENCE_SPECULATIVE_MAX_BATCH,
         )
 
     def command(self) -> list[str]:
@@ -89,6 +98,23 @@ class EngineConfig:
             args.append("--enforce-eager")
         if self.tensor_parallel_size > 1:
             args += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.speculative == "ngram":
+            # Drafts come from the prompt: the last 2 to 4 tokens generated, found there, and what followed.
+            spec = {
+                "method": "ngram",
+                "num_speculative_tokens": self.speculative_tokens,
+                "prompt_lookup_max": 4,
+                "prompt_lookup_min": 2,
+            }
+            if 0 < self.speculative_max_batch < self.max_num_seqs:
+                # vLLM's dynamic speculation: drafts while the batch is small, none past it, where
+                # checking drafts costs the batch more than the accepted ones save.
+                cut = self.speculative_max_batch
+                spec["num_speculative_tokens_per_batch_size"] = [
+                    [1, cut, self.speculative_tokens],
+                    [cut + 1, self.max_num_seqs, 0],
+                ]
+            args += ["--speculative-config", json.dumps(spec)]
         return args + shlex.split(self.extra_args)
 
     def environment(self) -> dict[str, str]:

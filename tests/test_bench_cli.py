@@ -10,6 +10,7 @@ MODULES = [
     "bench_prefix",
     "bench_knee",
     "bench_relay",
+    "bench_speculative",
 ]
 
 
@@ -72,17 +73,39 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     }
     streaming["levels"][1]["raw"] = {**figures, "engine_api_cpu_ms_per_token": 0.1}
     streaming["levels"][1]["web_cpu_per_token_vs_engine_api"] = 2.5
+    streaming["hardware"] = {
+        "threads": 2,
+        "bf16_matmul_gflops": 300.0,
+        "copy_gb_per_s": 9.5,
+        "model_weights": 134e6,
+    }
+    for row in streaming["levels"]:
+        row["hardware"] = {"compute_ceiling_tokens_per_s": 1119.4, "share_of_compute": 0.089,
+                           "bandwidth_ceiling_tokens_per_s": 35.4, "share_of_bandwidth": 2.8}  # fmt: skip
     relay = {
         "benchmark": "relay", "machine": machine, "duration_s": 60, "chats": 32,
         "paces": [
             {"seconds_between_tokens": 0.0, "tokens": 1024, "tokens_per_s": 9000.0, "tokens_per_frame": 20.0,
              "web_cpu_ms_per_token": 0.1, "web_cpu_share": 1.0},
+            {"seconds_between_tokens": 0.005, "tokens": 512, "tokens_per_s": 5000.0, "tokens_per_frame": 1.02,
+             "web_cpu_ms_per_token": 0.14, "web_cpu_share": 0.7},
             {"seconds_between_tokens": 0.05, "tokens": 128, "tokens_per_s": 600.0, "tokens_per_frame": 1.0,
              "web_cpu_ms_per_token": 0.32, "web_cpu_share": 0.2},
         ],
     }  # fmt: skip
     (tmp_path / "streaming.json").write_text(json.dumps(streaming))
     (tmp_path / "relay.json").write_text(json.dumps(relay))
+    speculative = {
+        "benchmark": "speculative", "machine": machine, "duration_s": 60, "max_tokens": 128,
+        "rows": [
+            {"workload": w, "concurrency": c, "requests": 8,
+             "modes": {"off": figures, "ngram": {**figures, "tokens_per_s": 100.0 * x}},
+             "speedup": {"off": 1.0, "ngram": x}, "same_text": {"off": 8, "ngram": 7}}
+            for w, x in (("chat", 1.25), ("bulk", 1.8)) for c in (1, 8)
+        ],
+        "repeat_same": {"off": 8, "ngram": 6},
+    }  # fmt: skip
+    (tmp_path / "speculative.json").write_text(json.dumps(speculative))
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"old figures\n{report.NOTES}\n## Notes\nWritten by a person.\n")
     report.main(["--results", str(tmp_path), "--doc", str(doc)])
@@ -90,6 +113,22 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     assert "test cpu" in text and "streaming.png" in text and "Not run yet" in text
     assert "old figures" not in text and text.endswith("## Notes\nWritten by a person.\n")
     assert (tmp_path / "streaming.png").stat().st_size > 1000
-    # CPU per token: 0.25 ms meets 0.3 ms, 2.5× the API server misses 2×; 9,000 tokens/s meets 4,000.
+    # CPU per token: 0.25 ms meets 0.3 ms, 2.5× the API server misses 2×; 5,000 tokens/s meets 4,000.
     assert "0.250 ms, met; at most 2× the engine's API server — 2.50×, **missed**" in text
-    assert "9,000 (20.0 tokens a frame), met" in text and "about 3,125 tokens/s a core" in text
+    assert "5,000 at 1.02 tokens a frame (5 ms pace), met" in text and "1.25× (ngram), **missed**" in text
+    assert (tmp_path / "speculative.png").stat().st_size > 1000 and "texts: off 8/8, ngram 6/8" in text
+    assert "300 GFLOP/s on 2 threads" in text and "| 1 | 100.0 | 1,119.4 | 9% | 35.4 | 280% |" in text
+    assert "frames of 20 tokens: 9,000 tokens/s" in text and "0.320 ms of CPU per token" in text
+
+
+def test_it_reads_throughput_as_a_share_of_the_hardware_ceilings():
+    from bench.hardware import shares
+
+    host = {"bf16_matmul_gflops": 100.0, "copy_gb_per_s": 10.0, "model_weights": 50_000_000}
+    # Compute: 100e9 FLOP/s over 2 × 50e6 FLOPs a token; bandwidth: 4 × 10e9 B/s over 100e6 bytes a step.
+    assert shares(host, 250.0, 4) == {
+        "compute_ceiling_tokens_per_s": 1000.0,
+        "bandwidth_ceiling_tokens_per_s": 400.0,
+        "share_of_compute": 0.25,
+        "share_of_bandwidth": 0.625,
+    }

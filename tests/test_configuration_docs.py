@@ -14,7 +14,7 @@ def documented() -> set[str]:
 
 def read_by_the_product() -> set[str]:
     settings = (ROOT / "chatsite" / "settings.py").read_text()
-    names = set(re.findall(r'env_(?:str|int|float|bool|list)\(\s*"([A-Z0-9_]+)"', settings))
+    names = set(re.findall(r'env_(?:str|int|float|bool|list|choice)\(\s*"([A-Z0-9_]+)"', settings))
     # Variables the processes read themselves: the Procfile's and the Makefile's.
     names |= set(re.findall(r"\$\{([A-Z0-9_]+)", (ROOT / "Procfile").read_text()))
     names |= set(re.findall(r"^([A-Z][A-Z0-9_]+) \?=", (ROOT / "Makefile").read_text(), re.MULTILINE))

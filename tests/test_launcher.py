@@ -32,6 +32,7 @@ def test_it_takes_every_batch_and_memory_limit_from_configuration(monkeypatch):
     assert "--enable-prompt-tokens-details" in command
     assert ("--enforce-eager" in command) == settings.INFERENCE_ENFORCE_EAGER
     assert "--tensor-parallel-size" not in command  # one device unless configured
+    assert "--speculative-config" not in command  # off unless configured
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     assert config.environment()["VLLM_CPU_KVCACHE_SPACE"] == str(settings.INFERENCE_KV_CACHE_SPACE_GB)
 
@@ -59,6 +60,20 @@ def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypat
     finally:
         monkeypatch.undo()
         importlib.reload(product)
+
+
+def test_it_turns_on_n_gram_speculation_with_the_configured_draft_length():
+    import json
+    from dataclasses import replace
+
+    config = replace(EngineConfig.from_settings(settings), speculative="ngram", speculative_tokens=6)
+    spec = json.loads(flag(config.command(), "--speculative-config"))
+    assert (spec["method"], spec["num_speculative_tokens"]) == ("ngram", 6)
+    assert (spec["prompt_lookup_min"], spec["prompt_lookup_max"]) == (2, 4)
+    assert "num_speculative_tokens_per_batch_size" not in spec  # at every batch size
+    small = replace(config, max_num_seqs=64, speculative_max_batch=4)
+    spec = json.loads(flag(small.command(), "--speculative-config"))
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 4, 6], [5, 64, 0]]
 
 
 def test_it_passes_extra_flags_and_can_turn_prefix_caching_off():

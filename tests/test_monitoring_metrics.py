@@ -100,6 +100,7 @@ def test_it_moves_when_a_real_chat_runs(product_server, ws_url, origin):
         return value(after, name, **labels) - value(before, name, **labels)
 
     assert moved("chat_time_to_first_token_seconds_count") == 1
+    assert moved("chat_turn_store_seconds_count") == 1 and 0 < moved("chat_turn_store_seconds_sum") < 60
     assert 0 < moved("chat_time_to_first_token_seconds_sum") < 60
     assert moved("chat_time_between_tokens_seconds_count") == len(tokens) - 1
     assert moved("chat_streamed_tokens_total") == len(tokens)
