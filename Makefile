@@ -66,13 +66,19 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Benchmarks (bench/, docs/benchmarks.md): about 45 minutes on a 2-core CPU host; QUICK=1 for about 25.
+# Benchmarks (bench/, docs/benchmarks.md): about 75 minutes on a 2-core CPU host; QUICK=1 for about 40.
 BENCH_FLAGS := $(if $(QUICK),--quick)
+# A PostgreSQL database for the streaming benchmark's second store (docs/benchmarks.md); empty: skipped.
+BENCH_DATABASE_URL ?=
 bench: prepare
 	$(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_batching $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_prefix $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_knee $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_relay $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_speculative $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_streaming --web-processes 2 --levels 16 32 $(BENCH_FLAGS)
+	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(MANAGE) migrate --noinput)
+	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS))
 	$(BIN)/python -m bench.report
 	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat)

@@ -10,6 +10,7 @@ Targets: at least 0.95 of the raw throughput; at most 20 ms added to the p50 TTF
 
 import argparse
 import asyncio
+import contextlib
 
 import httpx
 from asgiref.sync import sync_to_async
@@ -19,6 +20,7 @@ from bench import hardware
 from bench.clients import ProductChat, RawEngine, run_concurrently
 from bench.processes import (
     bench_users,
+    cluster_process,
     cpu_seconds,
     engine_config,
     engine_process,
@@ -67,20 +69,20 @@ async def raw_level(engine_url: str, level: int, jobs: list[str], api_pid: int |
 
 
 async def product_level(
-    base_url: str, cookies: list[str], jobs: list[str], pids: tuple[int, int] | None = None
+    base_url: str, cookies: list[str], jobs: list[str], pids: tuple[list[int], int] | None = None
 ) -> dict:
-    """`pids`: the web process's and the engine's API server's, whose CPU is counted."""
+    """`pids`: the web processes' and the engine's API server's, whose CPU is counted."""
     chats = [ProductChat(base_url, cookie) for cookie in cookies]
     for chat in chats:
         await chat.__aenter__()
     before = await web_tier_ttft(base_url)
-    cpu_before = [cpu_seconds(pid) for pid in pids or ()]
+    cpu_before = processes_cpu(pids)
     try:
         answers, wall = await run_concurrently(
             len(chats), jobs, lambda i, p: chats[i].ask(p, new_conversation=True)
         )
     finally:
-        cpu_after = [cpu_seconds(pid) for pid in pids or ()]
+        cpu_after = processes_cpu(pids)
         for chat in chats:
             await chat.__aexit__(None, None, None)
     after = await web_tier_ttft(base_url)
@@ -139,8 +141,31 @@ def compare(raw: dict, product: dict) -> dict:
     }
 
 
+def processes_cpu(pids: tuple[list[int], int] | None) -> list[float]:
+    """CPU seconds so far: the web processes' together, then the engine API server's."""
+    if pids is None:
+        return []
+    web, api = pids
+    return [sum(cpu_seconds(pid) for pid in web), cpu_seconds(api)]
+
+
 def parser() -> argparse.ArgumentParser:
-    return arguments(__doc__.splitlines()[0], levels=LEVELS)
+    cli = arguments(__doc__.splitlines()[0], levels=LEVELS)
+    cli.add_argument(
+        "--web-processes", type=int, default=1, help="above 1: that many daphne processes behind nginx"
+    )
+    return cli
+
+
+@contextlib.contextmanager
+def served_product(engine_url: str, web_processes: int, **environment: str):
+    """The product as (base URL, web processes' pids): one daphne, or several behind nginx."""
+    if web_processes == 1:
+        with product_process(engine_url, **environment) as (base_url, daphne):
+            yield base_url, [daphne.pid]
+    else:
+        with cluster_process(engine_url, web_processes, **environment) as served:
+            yield served
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -151,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     levels = []
     with redis_running(), engine_process(config, "streaming-engine") as (engine_url, api_pid):
         environment = product_environment(system_prompt=SHORT_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
-        with product_process(engine_url, **environment) as (base_url, daphne):
+        with served_product(engine_url, options.web_processes, **environment) as (base_url, web_pids):
             # Warm both paths once (first-request costs are not what is measured).
             asyncio.run(raw_level(engine_url, 1, PROMPTS[:1]))
             with bench_users(1) as cookies:
@@ -163,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for _ in range(repeats(options)):
                     raws.append(asyncio.run(raw_level(engine_url, level, jobs, api_pid)))
                     with bench_users(level) as cookies:
-                        pids = (daphne.pid, api_pid)
+                        pids = (web_pids, api_pid)
                         products.append(asyncio.run(product_level(base_url, cookies, jobs, pids)))
                 raw, product = best(raws), best(products)
                 row = {"concurrency": level, "raw": raw, "product": product, **compare(raw, product)}
@@ -177,9 +202,13 @@ def main(argv: list[str] | None = None) -> dict:
         "engine": engine_settings(config),
         "hardware": ceilings,
         "database": connection.vendor,
+        "web_processes": options.web_processes,
         "levels": levels,
     }
-    save(options.output, "streaming", result)
+    # On PostgreSQL, or with several web processes, beside the plain run, not over it: the report
+    # sets them side by side.
+    name = "streaming" if connection.vendor == "sqlite" else f"streaming_{connection.vendor}"
+    save(options.output, name + (f"_web{options.web_processes}" if options.web_processes > 1 else ""), result)
     return result
 
 

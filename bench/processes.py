@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -15,7 +16,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from harness.processes import ROOT, daphne_running, free_port, wait_for
+from deploy.supervisor import Topology, write
+from harness.processes import ROOT, daphne_running, free_port, ports_in_a_row, wait_for
+from harness.supervision import answers, supervisord_running
 from inference.launcher import EngineConfig, EngineProcess
 
 LOGS = Path(settings.DATA_DIR) / "bench-logs"
@@ -92,6 +95,34 @@ def product_process(engine_url: str, **environment: str) -> Iterator[tuple[str, 
     env = dict(os.environ, INFERENCE_URL=engine_url, **environment)
     with daphne_running(env, LOGS / "daphne.log") as served:
         yield served
+
+
+@contextlib.contextmanager
+def cluster_process(
+    engine_url: str, web_processes: int, **environment: str
+) -> Iterator[tuple[str, list[int]]]:
+    """`web_processes` daphne processes behind nginx under supervisord, as `make run TOPOLOGY=cluster`
+    starts them, against `engine_url`: (nginx's base URL, the web processes' pids)."""
+    run_dir = LOGS / "cluster"
+    # Metrics in multiprocess mode, as `make run` keeps them: /metrics through nginx sums them all.
+    metrics = run_dir / "metrics"
+    shutil.rmtree(metrics, ignore_errors=True)
+    metrics.mkdir(parents=True)
+    port = ports_in_a_row(web_processes + 1)
+    topology = Topology(["web", "nginx"], web_port=port, web_processes=web_processes)
+    write(run_dir, topology)
+    env = dict(
+        os.environ,
+        INFERENCE_URL=engine_url,
+        RUN_DIR=str(run_dir),
+        PROMETHEUS_MULTIPROC_DIR=str(metrics),
+        **environment,
+    )
+    with supervisord_running(run_dir / "supervisord.conf", env, LOGS / "cluster.log") as supervisor:
+        base = f"http://127.0.0.1:{port}"
+        backends = [f"http://127.0.0.1:{backend}/healthz/live" for _, backend in topology.web_backends()]
+        wait_for(lambda: all(answers(url) for url in [base + "/healthz/ready", *backends]), 90, "the cluster")
+        yield base, [supervisor.pid(name) for name, _ in topology.web_backends()]
 
 
 @contextlib.contextmanager

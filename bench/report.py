@@ -151,8 +151,60 @@ def streaming_section(result: dict, folder: Path) -> str:
             STREAMING_TRACE,
             *cpu_parts(levels),
             *hardware_parts(result),
+            *beside_parts(
+                result,
+                load(folder, "streaming_postgresql"),
+                "On PostgreSQL, the web process's pooled connections (chatsite/asgi.py)",
+                "DATABASE_URL=postgres://... python -m bench.bench_streaming",
+            ),
+            *beside_parts(
+                result,
+                load(folder, "streaming_web2"),
+                "With two web processes behind nginx (`make run TOPOLOGY=cluster`; their CPU and metrics "
+                "added up)",
+                "python -m bench.bench_streaming --web-processes 2",
+            ),
         ]
     )
+
+
+def beside_parts(plain: dict, other: dict | None, what: str, how: str) -> list[str]:
+    """The same benchmark run another way (`other`), beside the plain run: each cell plain / other."""
+    if other is None:
+        return [f"{what}: not run yet (`{how}`)."]
+    by_level = {r["concurrency"]: r for r in plain["levels"]}
+
+    def pair(row: dict, value, digits: str = ".1f") -> str:
+        mine, theirs = value(by_level[row["concurrency"]]), value(row)
+        return " / ".join("–" if v is None else f"{v:{digits}}" for v in (mine, theirs))
+
+    rows = [
+        [
+            r["concurrency"],
+            pair(r, lambda x: x["product"].get("turn_store_mean_ms")),
+            pair(r, lambda x: x["throughput_ratio"], ".3f"),
+            pair(r, lambda x: x["ttft_p50_added_ms"], "+.1f"),
+            pair(r, lambda x: x["product"].get("web_cpu_ms_per_token"), ".3f"),
+            r["product"].get("database_connections"),
+        ]
+        for r in other["levels"]
+        if r["concurrency"] in by_level
+    ]
+    return [
+        f"{what} (run {other['machine']['date']}), beside the run above: each cell the run above / this "
+        "one. Connections: those open to PostgreSQL at the end of the level, this benchmark's own included.",
+        table(
+            [
+                "chats",
+                "storing the turn, ms",
+                "throughput ratio",
+                "TTFT p50 added",
+                "web CPU ms/token",
+                "connections",
+            ],
+            rows,
+        ),
+    ]
 
 
 def hardware_parts(result: dict) -> list[str]:

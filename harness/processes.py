@@ -71,3 +71,17 @@ def daphne_running(
             if process.poll() is None:
                 process.terminate()
                 process.wait(15)
+
+
+def ports_in_a_row(count: int) -> int:
+    """A port with the `count - 1` ports above it free too: nginx's and each web process's."""
+    for _ in range(100):
+        first = free_port()
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError("no free ports in a row")

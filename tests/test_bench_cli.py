@@ -94,6 +94,12 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
         ],
     }  # fmt: skip
     (tmp_path / "streaming.json").write_text(json.dumps(streaming))
+    postgresql = json.loads(json.dumps(streaming))
+    for row, (store, connections) in zip(postgresql["levels"], [(3.5, 9), (7.0, 12)], strict=True):
+        row["product"].update(turn_store_mean_ms=store, database_connections=connections)
+    streaming["levels"][0]["product"]["turn_store_mean_ms"] = 2.0
+    (tmp_path / "streaming.json").write_text(json.dumps(streaming))
+    (tmp_path / "streaming_postgresql.json").write_text(json.dumps(postgresql))
     (tmp_path / "relay.json").write_text(json.dumps(relay))
     speculative = {
         "benchmark": "speculative", "machine": machine, "duration_s": 60, "max_tokens": 128,
@@ -118,6 +124,9 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     assert "5,000 at 1.02 tokens a frame (5 ms pace), met" in text and "1.25× (ngram), **missed**" in text
     assert (tmp_path / "speculative.png").stat().st_size > 1000 and "texts: off 8/8, ngram 6/8" in text
     assert "300 GFLOP/s on 2 threads" in text and "| 1 | 100.0 | 1,119.4 | 9% | 35.4 | 280% |" in text
+    assert "| 1 | 2.0 / 3.5 | 1.000 / 1.000 | +1.0 / +1.0 | – / – | 9 |" in text
+    assert "| 4 | – / 7.0 | 1.000 / 1.000 | +1.0 / +1.0 | 0.250 / 0.250 | 12 |" in text
+    assert "With two web processes behind nginx" in text and "--web-processes 2`)." in text
     assert "frames of 20 tokens: 9,000 tokens/s" in text and "0.320 ms of CPU per token" in text
 
 

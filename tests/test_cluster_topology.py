@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +18,11 @@ from playwright.sync_api import expect
 from apitokens.services import token_issue
 from deploy.supervisor import Topology, write
 from frontend.models import Conversation, Message
-from harness.processes import free_port, wait_for
+from harness.processes import ports_in_a_row, wait_for
+from harness.supervision import Supervisord, answers, supervisord_running
 from tests.chat_client import collect_answer, open_chat, receive, send, start_long_answer
 from tests.conftest import LOGS, log_in, product_env
 from tests.polling import HealthPoller
-from tests.supervision import Supervisord, answers, supervisord_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,20 +41,6 @@ class Cluster:
 
     def pid(self, program: str) -> int:
         return self.supervisor.pid(program)
-
-
-def ports_in_a_row(count: int) -> int:
-    """A port with the `count - 1` ports above it free too: nginx's and each web process's."""
-    for _ in range(100):
-        first = free_port()
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-    raise RuntimeError("no free ports in a row")
 
 
 @pytest.fixture(scope="module")

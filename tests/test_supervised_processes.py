@@ -13,8 +13,8 @@ from supervisor.options import ServerOptions
 
 from deploy.supervisor import Topology, procfile, render
 from harness.processes import free_port, wait_for
+from harness.supervision import Supervisord, answers, supervisord_running
 from tests.conftest import LOGS, ROOT, product_env
-from tests.supervision import Supervisord, answers, supervisord_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,5 +1,6 @@
 """supervisord running a rendered configuration (deploy/supervisor.py), as `make run` does, for
-the tests of the process topologies: its programs' pids, and whether a URL answers."""
+the tests of the process topologies and the benchmarks of several web processes: its programs'
+pids, and whether a URL answers."""
 
 import signal
 import subprocess
