@@ -272,3 +272,33 @@ async def test_it_stops_an_answer_even_when_a_redis_command_swallowed_the_cancel
     message_id = await stopped_during_its_token(alice, monkeypatch, write_swallowing_the_cancellation)
     stored = await Message.objects.aget(pk=message_id)
     assert (stored.status, stored.content) == (Message.Status.STOPPED, "one ")
+
+
+async def test_answers_frames_waiting_together_go_in_one_pipeline_and_fail_one_by_one(monkeypatch):
+    """Many answers' tokens come at once (one engine step); one round trip writes them all, and a
+    frame Redis refuses fails its own writer only."""
+    r = redis_client()
+    for message_id in (9001, 9002, 9003):
+        await streams.open_stream(r, message_id)
+    executed = []
+    pipeline = r.pipeline
+
+    def counting_pipeline(*args, **kwargs):
+        executed.append(1)
+        return pipeline(*args, **kwargs)
+
+    monkeypatch.setattr(r, "pipeline", counting_pipeline)
+    token = {"type": "chat.token", "message": 0, "seq": 0, "text": "x"}
+    results = await asyncio.gather(
+        streams.publish(r, 9001, 0, token),
+        streams.publish(r, 9002, 0, token),
+        # Position 0 again: Redis refuses an entry id not above the last one.
+        streams.publish(r, 9001, 0, token),
+        streams.publish(r, 9003, 0, token),
+        return_exceptions=True,
+    )
+    assert executed == [1], "the frames did not share one pipeline"
+    assert [isinstance(result, redis.ResponseError) for result in results] == [False, False, True, False]
+    for message_id in (9001, 9002, 9003):
+        frames = await r.xrange(keys.chat_stream(message_id))
+        assert len(frames) == 2  # the opening marker and one token
