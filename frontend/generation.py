@@ -108,8 +108,9 @@ class Generation:
 
         Ends without a closing frame only if the answer ended without one (which a Redis
         follower would see as a stream that stopped growing)."""
-        index = next((i for i, (position, _) in enumerate(self._frames) if position > after), None)
-        index = len(self._frames) if index is None else index
+        index = next(
+            (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
+        )
         while True:
             while index < len(self._frames):
                 frame = self._frames[index][1]
@@ -121,10 +122,12 @@ class Generation:
                 return
             await self._grown.wait()
 
-    def _wrote(self, position: int, frame: dict | None) -> None:
+    def _wrote(self, position: int, frame: dict) -> None:
         """Keep a frame the stream is given, and wake the followers in this process."""
-        if frame is not None:
-            self._frames.append((position, frame))
+        self._frames.append((position, frame))
+        self._wake()
+
+    def _wake(self) -> None:
         grown, self._grown = self._grown, asyncio.Event()
         grown.set()
 
@@ -141,7 +144,7 @@ class Generation:
             await self._generate(r)
         finally:
             self._ended = True
-            self._wrote(self.seq, None)
+            self._wake()
             metrics.generation_ended()
             await self._release(r)
 

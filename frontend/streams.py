@@ -58,7 +58,7 @@ async def open_stream(r: aioredis.Redis, message_id: int) -> None:
 async def publish(r: aioredis.Redis, message_id: int, position: int, frame: dict) -> None:
     """Append the frame at `position` (a token's seq; the closing frame takes the next one)."""
     ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
-    await _writer(r).write(keys.chat_stream(message_id), _entry_id(position), frame, ttl)
+    await _writer(r).write(r, keys.chat_stream(message_id), _entry_id(position), frame, ttl)
 
 
 class _FrameWriter:
@@ -68,58 +68,58 @@ class _FrameWriter:
     carries them all, where a command each cost a round trip each. A frame's writer still
     waits for its own reply, so a failure reaches the answer that published it."""
 
-    def __init__(self, r: aioredis.Redis) -> None:
-        self._r = r
+    def __init__(self) -> None:
         self._waiting: list[tuple[str, str, dict, int | None, asyncio.Future]] = []
         self._flushing: asyncio.Task | None = None
 
-    async def write(self, key: str, entry_id: str, frame: dict, ttl: int | None) -> None:
+    async def write(self, r: aioredis.Redis, key: str, entry_id: str, frame: dict, ttl: int | None) -> None:
         future = asyncio.get_running_loop().create_future()
         self._waiting.append((key, entry_id, frame, ttl, future))
         if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.create_task(self._flush(), name="chat-frame-writer")
+            self._flushing = asyncio.create_task(self._flush(r), name="chat-frame-writer")
         await future
 
-    async def _flush(self) -> None:
+    async def _flush(self, r: aioredis.Redis) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
             try:
-                async with self._r.pipeline(transaction=False) as pipe:
-                    for key, entry_id, frame, ttl, _ in batch:
-                        _xadd(pipe, key, entry_id, frame)
-                        if ttl is not None:
-                            pipe.expire(key, ttl)
-                    replies = iter(await pipe.execute(raise_on_error=False))
+                outcomes = await _execute(r, batch)
             except Exception as exc:  # the connection failed: every frame of the batch did
-                for *_, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            try:
-                for _, _, _, ttl, future in batch:
-                    reply = next(replies)
-                    if ttl is not None:
-                        next(replies)
-                    if future.done():  # its writer was cancelled (a stop): the frame is written all the same
-                        continue
-                    if isinstance(reply, Exception):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(None)
-            finally:
-                # Never leave a writer waiting, whatever went wrong above.
-                for *_, future in batch:
-                    if not future.done():
-                        future.set_exception(RedisError("no reply for this frame"))
+                outcomes = [exc] * len(batch)
+            for (*_, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():  # its writer was cancelled (a stop): the frame is written all the same
+                    continue
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(None)
 
 
+async def _execute(r: aioredis.Redis, batch: list) -> list:
+    """Each frame's XADD reply, or the error Redis gave that frame, from one round trip."""
+    async with r.pipeline(transaction=False) as pipe:
+        for key, entry_id, frame, ttl, _ in batch:
+            _xadd(pipe, key, entry_id, frame)
+            if ttl is not None:
+                pipe.expire(key, ttl)
+        replies = await pipe.execute(raise_on_error=False)
+    if len(replies) != len(batch) + sum(ttl is not None for *_, ttl, _ in batch):
+        raise RedisError("no reply for every frame")
+    outcomes, position = [], 0
+    for *_, ttl, _ in batch:
+        outcomes.append(replies[position])
+        position += 1 if ttl is None else 2
+    return outcomes
+
+
+# Keyed by the client, which the writer does not hold: a loop's client and writer go together.
 _writers: "weakref.WeakKeyDictionary[aioredis.Redis, _FrameWriter]" = weakref.WeakKeyDictionary()
 
 
 def _writer(r: aioredis.Redis) -> _FrameWriter:
     found = _writers.get(r)
     if found is None:
-        found = _writers[r] = _FrameWriter(r)
+        found = _writers[r] = _FrameWriter()
     return found
 
 
