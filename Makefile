@@ -18,6 +18,9 @@ PROCESSES += bulk
 TOPOLOGY ?= single
 WEB_PROCESSES ?= $(if $(filter cluster,$(TOPOLOGY)),2,1)
 PROCESSES += $(if $(filter cluster,$(TOPOLOGY)),nginx)
+# INFERENCE_REPLICAS=N: N engines behind vLLM's router at INFERENCE_URL (docs/deploy.md).
+export INFERENCE_REPLICAS ?= 1
+PROCESSES += $(if $(filter-out 1,$(INFERENCE_REPLICAS)),router)
 # Web and worker processes share one metrics directory, emptied at each start (docs/monitoring.md).
 METRICS_DIR ?= $(if $(PROMETHEUS_MULTIPROC_DIR),$(PROMETHEUS_MULTIPROC_DIR),$(abspath $(or $(DATA_DIR),var))/metrics)
 # supervisord's configuration, socket and logs (deploy/supervisor.py renders it from the Procfile).
@@ -66,7 +69,7 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Benchmarks (bench/, docs/benchmarks.md): about 75 minutes on a 2-core CPU host; QUICK=1 for about 40.
+# Benchmarks (bench/, docs/benchmarks.md): about 85 minutes on a 2-core CPU host; QUICK=1 for about 45.
 BENCH_FLAGS := $(if $(QUICK),--quick)
 # A PostgreSQL database for the streaming benchmark's second store (docs/benchmarks.md); empty: skipped.
 BENCH_DATABASE_URL ?=
@@ -77,6 +80,7 @@ bench: prepare
 	$(BIN)/python -m bench.bench_knee $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_relay $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_speculative $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_router $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_streaming --web-processes 2 --levels 16 32 $(BENCH_FLAGS)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(MANAGE) migrate --noinput)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS))

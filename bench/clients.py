@@ -64,7 +64,9 @@ class RawEngine:
         self.max_tokens = max_tokens
         self._http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10))
 
-    async def chat(self, messages: Sequence[dict], *, cache_salt: str | None = None) -> Answer:
+    async def chat(
+        self, messages: Sequence[dict], *, cache_salt: str | None = None, headers: dict | None = None
+    ) -> Answer:
         body = {
             "model": settings.INFERENCE_MODEL_NAME,
             "messages": list(messages),
@@ -77,7 +79,7 @@ class RawEngine:
             body["cache_salt"] = cache_salt
         stream = Stream()
         usage = None
-        async with self._http.stream("POST", "/v1/chat/completions", json=body) as response:
+        async with self._http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":

@@ -161,6 +161,20 @@ INFERENCE_SPECULATIVE_TOKENS = env_int("INFERENCE_SPECULATIVE_TOKENS", 4, minimu
 # Speculate only while at most this many sequences run; 0: at every batch size.
 INFERENCE_SPECULATIVE_MAX_BATCH = env_int("INFERENCE_SPECULATIVE_MAX_BATCH", 0, minimum=0)
 INFERENCE_STARTUP_TIMEOUT = env_float("INFERENCE_STARTUP_TIMEOUT", 600.0, minimum=1.0)
+# Several engines on one host (`make run INFERENCE_REPLICAS=2`): vLLM's router (`runrouter`) answers
+# at INFERENCE_URL and replica i (`runinference` with INFERENCE_REPLICA=i) at INFERENCE_URL's port + 1 + i.
+INFERENCE_REPLICAS = env_int("INFERENCE_REPLICAS", 1, minimum=1, maximum=64)
+# One engine alone is no replica: it serves at INFERENCE_URL itself.
+INFERENCE_REPLICA = env_int(
+    "INFERENCE_REPLICA", -1, minimum=-1, maximum=INFERENCE_REPLICAS - 1 if INFERENCE_REPLICAS > 1 else -1
+)
+# How the router picks a replica; consistent_hash keys on the conversation (docs/deploy.md).
+INFERENCE_ROUTER_POLICY = env_choice(
+    "INFERENCE_ROUTER_POLICY",
+    "consistent_hash",
+    {"consistent_hash", "cache_aware", "round_robin", "power_of_two", "random"},
+)
+INFERENCE_ROUTER_METRICS_PORT = env_int("INFERENCE_ROUTER_METRICS_PORT", 29000, minimum=1, maximum=65535)
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 INFERENCE_TOKEN_TIMEOUT = env_float("INFERENCE_TOKEN_TIMEOUT", 60.0, minimum=0.1)
 

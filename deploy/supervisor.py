@@ -13,6 +13,9 @@ the process supervisord signals is the program itself.
 
 With `nginx`, the site is nginx on WEB_PORT in front of WEB_PROCESSES daphne processes on the
 ports above it (web-0 on WEB_PORT+1, ...), each trusting X-Forwarded-For from this host only.
+With INFERENCE_REPLICAS above 1, `inference` becomes inference-0, inference-1, ... (each its own
+`runinference` with INFERENCE_REPLICA=i, restarted on its own) behind `router` (vLLM's router at
+INFERENCE_URL; inference/router.py).
 """
 
 import os
@@ -25,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # How long each process may take to stop after SIGTERM before it is killed: an engine drains
 # its requests and an answer's web process closes its streams; Celery finishes its task.
-STOP_WAIT = {"inference": 30, "web": 20, "worker": 60, "bulk": 60}
+STOP_WAIT = {"inference": 30, "web": 20, "worker": 60, "bulk": 60, "router": 10}
 
 
 def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:
@@ -41,17 +44,23 @@ def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:
 @dataclass(frozen=True)
 class Topology:
     """Which processes run: the Procfile's `names`; with `nginx` among them, `web_processes`
-    daphne processes behind it. `web_port` is where the site answers."""
+    daphne processes behind it; with `router` among them, `engine_replicas` engines behind it.
+    `web_port` is where the site answers."""
 
     names: list[str]
     web_port: int = 8000
     web_processes: int = 1
+    engine_replicas: int = 1
 
     def __post_init__(self) -> None:
         if self.web_processes < 1:
             raise SystemExit("WEB_PROCESSES must be 1 or more")
         if self.web_processes > 1 and "nginx" not in self.names:
             raise SystemExit("WEB_PROCESSES above 1 needs nginx in front of them: make run TOPOLOGY=cluster")
+        if self.engine_replicas < 1:
+            raise SystemExit("INFERENCE_REPLICAS must be 1 or more")
+        if self.engine_replicas > 1 and "router" not in self.names:
+            raise SystemExit("INFERENCE_REPLICAS above 1 needs the router in front of them")
 
     @property
     def behind_nginx(self) -> bool:
@@ -99,6 +108,11 @@ def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = 
         f"logfile={run_dir / 'supervisord.log'}",
         f"pidfile={run_dir / 'supervisord.pid'}",
         f"childlogdir={run_dir}",
+    ]
+    if topology.engine_replicas > 1:
+        # Every process finds the replicas by their count, also under a supervisord started by hand.
+        sections.append(f'environment=INFERENCE_REPLICAS="{topology.engine_replicas}"')
+    sections += [
         "",
         "[unix_http_server]",
         f"file={run_dir / 'supervisor.sock'}",
@@ -110,6 +124,11 @@ def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = 
         f"serverurl=unix://{run_dir / 'supervisor.sock'}",
     ]
     for name in topology.names:
+        if name == "inference" and topology.engine_replicas > 1:
+            for index in range(topology.engine_replicas):
+                environment = {"INFERENCE_REPLICA": str(index)}
+                sections += _program(f"inference-{index}", commands[name], STOP_WAIT[name], environment)
+            continue
         if name != "web":
             sections += _program(name, commands[name], STOP_WAIT.get(name, 10), {})
             continue
@@ -147,5 +166,6 @@ if __name__ == "__main__":
             names=sys.argv[2:],
             web_port=int(os.environ.get("WEB_PORT", "8000")),
             web_processes=int(os.environ.get("WEB_PROCESSES", "1")),
+            engine_replicas=int(os.environ.get("INFERENCE_REPLICAS", "1")),
         ),
     )

@@ -221,6 +221,8 @@ class OpenAIEngineClient:
         # retried stream would generate the answer a second time.
         timeout = httpx.Timeout(token_timeout, connect=connect_timeout)
         self._http = httpx.AsyncClient(base_url=self._base_url, timeout=timeout)
+        # Learnt at the first load(): an engine, not a router in front of several.
+        self._plain_engine = False
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=token_timeout
         )
@@ -314,15 +316,38 @@ class OpenAIEngineClient:
         return body["prompt"]
 
     async def load(self) -> EngineLoad:
+        """What every engine behind this address runs and holds: the router's healthy replicas
+        (its own /metrics answers for one of them only), or the engine itself."""
+        names = ["vllm:num_requests_running", "vllm:num_requests_waiting"]
+        running = waiting = 0
         try:
-            response = await self._http.get("/metrics")
-            response.raise_for_status()
+            for url in await self._engines():
+                response = await self._http.get(url + "/metrics")
+                response.raise_for_status()
+                gauges = metric_sums(response.text, names)
+                running += int(gauges[names[0]])
+                waiting += int(gauges[names[1]])
         except httpx.HTTPError as exc:
             raise _engine_error(exc) from exc
-        gauges = metric_sums(response.text, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
-        return EngineLoad(
-            running=int(gauges["vllm:num_requests_running"]), waiting=int(gauges["vllm:num_requests_waiting"])
-        )
+        return EngineLoad(running=running, waiting=waiting)
+
+    async def _engines(self) -> list[str]:
+        """The engines to read: the router's healthy workers, or this address (an engine has no /workers)."""
+        if self._plain_engine:
+            return [self._base_url]
+        response = await self._http.get("/workers")
+        if response.status_code != 200:
+            self._plain_engine = response.status_code == 404
+            return [self._base_url]
+        try:
+            workers = response.json()["workers"]
+            healthy = [worker["url"].rstrip("/") for worker in workers if worker["is_healthy"]]
+        except (ValueError, KeyError, TypeError):
+            return [self._base_url]
+        if not healthy:
+            # Not an idle engine: none at all, and bulk work must wait as it does for a dead one.
+            raise EngineError("No engine behind the router is healthy.", code="engine_unavailable")
+        return healthy
 
     async def aclose(self) -> None:
         """Close the connection pools of the running event loop."""

@@ -5,12 +5,14 @@
 - `new_engine_client()`: a client of its own, behind a breaker of its own, for work on an
   event loop of its own (a bulk job's run); the caller closes it.
 - `engine_health()` and `engine_metrics()`: the synchronous probes behind /healthz and
-  the staff dashboard.
+  the staff dashboard; the metrics come from each engine behind INFERENCE_URL (the router's
+  replicas, or the one engine), since the router's own /metrics answers for one of them only.
 
 This is the one place that learns about several engines and the router in front of them.
 """
 
 import functools
+from dataclasses import dataclass
 
 import httpx
 from django.conf import settings
@@ -118,9 +120,38 @@ def engine_health() -> str:
     return "ok"
 
 
-def engine_metrics() -> tuple[str | None, str | None]:
-    """The engine's Prometheus text, or None and the reason it could not be read."""
+def engine_replicas() -> list[tuple[str, bool | None]]:
+    """The engines behind INFERENCE_URL, each with the router's view of its health: the router's
+    workers, or INFERENCE_URL itself (None: no router to ask) where it is an engine, which has no
+    /workers, or where nothing answers."""
     try:
-        return _probe("/metrics").text, None
-    except httpx.HTTPError as exc:
-        return None, f"{exc.__class__.__name__}: {exc}"
+        response = httpx.get(settings.INFERENCE_URL.rstrip("/") + "/workers", timeout=PROBE_TIMEOUT)
+        if response.status_code == 200:
+            workers = response.json()["workers"]
+            return sorted((worker["url"], bool(worker["is_healthy"])) for worker in workers)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        pass
+    return [(settings.INFERENCE_URL, None)]
+
+
+@dataclass(frozen=True)
+class ReplicaMetrics:
+    url: str
+    # As the router last saw it; None without a router.
+    healthy: bool | None
+    # The engine's Prometheus text, or None and the reason it could not be read.
+    text: str | None
+    error: str | None
+
+
+def engine_metrics() -> list[ReplicaMetrics]:
+    """Each engine's metrics, read from the engine itself."""
+    replicas = []
+    for url, healthy in engine_replicas():
+        try:
+            response = httpx.get(url.rstrip("/") + "/metrics", timeout=PROBE_TIMEOUT)
+            response.raise_for_status()
+            replicas.append(ReplicaMetrics(url, healthy, response.text, None))
+        except httpx.HTTPError as exc:
+            replicas.append(ReplicaMetrics(url, healthy, None, f"{exc.__class__.__name__}: {exc}"))
+    return replicas

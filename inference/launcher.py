@@ -12,6 +12,7 @@ together when something goes wrong.
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from typing import IO
 from urllib.parse import urlsplit
 
 import httpx
+
+from inference.router import replica_url
 
 
 class EngineStartError(Exception):
@@ -52,13 +55,17 @@ class EngineConfig:
     speculative_tokens: int = 4
     # Speculate only while at most this many sequences run (0: at any batch size).
     speculative_max_batch: int = 0
+    # One of `replicas` engines on this host (make run INFERENCE_REPLICAS=N), or -1: the only one.
+    replica: int = -1
+    replicas: int = 1
 
     @classmethod
     def from_settings(cls, settings) -> "EngineConfig":
+        replica = settings.INFERENCE_REPLICA
         return cls(
             model=settings.INFERENCE_MODEL,
             served_model_name=settings.INFERENCE_MODEL_NAME,
-            url=settings.INFERENCE_URL,
+            url=replica_url(settings.INFERENCE_URL, replica) if replica >= 0 else settings.INFERENCE_URL,
             max_model_len=settings.INFERENCE_MAX_MODEL_LEN,
             max_num_seqs=settings.INFERENCE_MAX_NUM_SEQS,
             max_num_batched_tokens=settings.INFERENCE_MAX_NUM_BATCHED_TOKENS,
@@ -72,6 +79,8 @@ class EngineConfig:
             speculative=settings.INFERENCE_SPECULATIVE,
             speculative_tokens=settings.INFERENCE_SPECULATIVE_TOKENS,
             speculative_max_batch=settings.INFERENCE_SPECULATIVE_MAX_BATCH,
+            replica=replica,
+            replicas=settings.INFERENCE_REPLICAS,
         )
 
     def command(self) -> list[str]:
@@ -124,7 +133,36 @@ class EngineConfig:
         if Path(self.model).is_dir():
             # A local checkpoint must never trigger a hub lookup.
             env.setdefault("HF_HUB_OFFLINE", "1")
+        if self.replica >= 0:
+            devices = self.replica_devices()
+            # An operator's own thread binding wins; GPUs are always shared out (above).
+            if "VLLM_CPU_OMP_THREADS_BIND" in env:
+                devices.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+            env.update(devices)
         return env
+
+    def replica_devices(self) -> dict[str, str]:
+        """What this replica may use of the host: its own GPUs on CUDA, its own share of the
+        cores on CPU. Without a share of its own, each CPU engine binds its threads to every
+        core and the replicas' threads spin against each other."""
+        if shutil.which("nvidia-smi") is not None:
+            # The operator's CUDA_VISIBLE_DEVICES, if set, is the host's GPUs to share out.
+            given = os.environ.get("CUDA_VISIBLE_DEVICES")
+            gpus = given.split(",") if given else [str(index) for index in range(64)]
+            first = self.replica * self.tensor_parallel_size
+            mine = gpus[first : first + self.tensor_parallel_size]
+            if len(mine) < self.tensor_parallel_size:
+                raise EngineStartError(
+                    f"replica {self.replica} needs GPUs {first}..{first + self.tensor_parallel_size - 1} "
+                    f"of CUDA_VISIBLE_DEVICES={given}: too few for {self.replicas} replicas"
+                )
+            return {"CUDA_VISIBLE_DEVICES": ",".join(mine)}
+        cores = sorted(os.sched_getaffinity(0))
+        share = len(cores) // self.replicas
+        if share == 0:
+            return {}
+        mine = cores[self.replica * share : (self.replica + 1) * share]
+        return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine))}
 
 
 # What a starting server is doing, told by the first line of its output that names each step

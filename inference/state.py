@@ -1,7 +1,8 @@
 """What the engine is doing, as its supervisor (`runinference`) tells it: starting (and which
 step: loading the weights, sizing the KV cache...), serving, or restarting. Kept in Redis under
 the engine's address, so every web process can say "starting" instead of an error while the
-engine loads. A state the supervisor stopped refreshing (it died) expires."""
+engine loads. A state the supervisor stopped refreshing (it died) expires. With several replicas
+behind the router, each replica's supervisor tells its own; the web tier reads them all."""
 
 import json
 import logging
@@ -12,37 +13,46 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
+from inference.router import replica_urls
 from redisconn import keys
 
 log = logging.getLogger(__name__)
 WAITING = ("starting", "restarting")
 
 
-def publish(state: str, detail: str) -> None:
-    """Record the engine's state; a Redis failure is logged, never fatal to the engine."""
+def publish(state: str, detail: str, url: str | None = None) -> None:
+    """Record the state of the engine at `url` (INFERENCE_URL's by default); a Redis failure is
+    logged, never fatal to the engine."""
     value = json.dumps({"state": state, "detail": detail, "since": time.time()})
     # A start cannot take longer than its timeout; past it, the state is stale.
     expiry = int(settings.INFERENCE_STARTUP_TIMEOUT) + 60
     try:
-        redisconn.sync_client().set(keys.engine_state(settings.INFERENCE_URL), value, ex=expiry)
+        redisconn.sync_client().set(keys.engine_state(url or settings.INFERENCE_URL), value, ex=expiry)
     except RedisError as exc:
         log.warning("could not record the engine's state (%s): %s", state, exc)
 
 
-def _parsed(raw: bytes | str | None) -> dict | None:
-    return json.loads(raw) if raw else None
+def _state_keys() -> list[str]:
+    urls = dict.fromkeys([settings.INFERENCE_URL, *replica_urls(settings)])
+    return [keys.engine_state(url) for url in urls]
+
+
+def _chosen(raws: list) -> dict | None:
+    """The state to tell: one on its way up if any engine is, else the first recorded."""
+    states = [json.loads(raw) for raw in raws if raw]
+    return next((s for s in states if s.get("state") in WAITING), states[0] if states else None)
 
 
 def read() -> dict | None:
     try:
-        return _parsed(redisconn.sync_client().get(keys.engine_state(settings.INFERENCE_URL)))
+        return _chosen(redisconn.sync_client().mget(_state_keys()))
     except RedisError:
         return None
 
 
 async def aread(r: aioredis.Redis) -> dict | None:
     try:
-        return _parsed(await r.get(keys.engine_state(settings.INFERENCE_URL)))
+        return _chosen(await r.mget(_state_keys()))
     except RedisError:
         return None
 

@@ -1,6 +1,8 @@
 """The dashboard's figures: the web tier's and the engine's metrics over a recent window.
 
-Both sources are Prometheus text. Each poll takes a snapshot of both; figures are
+Both sources are Prometheus text: the web tier's shared metrics, and each engine's own (with
+several replicas behind the router, every replica's, shown alone and together). Each poll takes a
+snapshot of both; figures are
 differences between the newest snapshot and one about `MONITORING_WINDOW_SECONDS`
 old, so they describe the last minute rather than the process's lifetime, and they
 stay right with several web processes (the snapshots come from the shared metrics).
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference.engine import engine_metrics
+from inference.engine import ReplicaMetrics, engine_metrics
 from monitoring import metrics
 from monitoring.host import host_figures
 
@@ -26,7 +28,8 @@ Snapshot = dict[str, float]
 class Sample:
     at: float
     web: Snapshot
-    engine: Snapshot | None
+    # Each engine's metrics (None where they could not be read).
+    replicas: dict[str, Snapshot | None]
 
 
 def parse(text: str) -> Snapshot:
@@ -46,10 +49,28 @@ def parse(text: str) -> Snapshot:
     return values
 
 
-def scrape_engine() -> tuple[Snapshot | None, str | None]:
-    """The engine's metrics, or None and the reason it could not be read."""
-    text, error = engine_metrics()
-    return (None, error) if text is None else (parse(text), None)
+KV_USE = "vllm:kv_cache_usage_perc"
+# The figures that describe the moment rather than the window.
+NOW = {"running", "waiting", "kv_cache_usage"}
+
+
+def merged(snapshots: list[Snapshot]) -> Snapshot | None:
+    """Several replicas' metrics as one engine's: counts and histograms summed, the share of the
+    KV cache in use averaged."""
+    if not snapshots:
+        return None
+    total: Snapshot = {}
+    for snapshot in snapshots:
+        for key, value in snapshot.items():
+            total[key] = total.get(key, 0.0) + value
+    total[KV_USE] = sum(snapshot.get(KV_USE, 0.0) for snapshot in snapshots) / len(snapshots)
+    return total
+
+
+def scrape_engine() -> tuple[list[ReplicaMetrics], dict[str, Snapshot | None]]:
+    """Each engine's metrics as read, and parsed (None where they could not be read)."""
+    replicas = engine_metrics()
+    return replicas, {r.url: (parse(r.text) if r.text is not None else None) for r in replicas}
 
 
 def histogram_quantile(q: float, name: str, new: Snapshot, old: Snapshot | None) -> float | None:
@@ -76,11 +97,10 @@ def histogram_quantile(q: float, name: str, new: Snapshot, old: Snapshot | None)
     return lower_bound
 
 
-def _rate(name: str, new: Sample, old: Sample | None, source: str) -> float | None:
-    new_values, old_values = getattr(new, source), getattr(old, source) if old else None
-    if old is None or new_values is None or old_values is None or new.at <= old.at:
+def _rate(name: str, new: Snapshot | None, old: Snapshot | None, seconds: float | None) -> float | None:
+    if new is None or old is None or not seconds or seconds <= 0:
         return None
-    return max(new_values.get(name, 0.0) - old_values.get(name, 0.0), 0.0) / (new.at - old.at)
+    return max(new.get(name, 0.0) - old.get(name, 0.0), 0.0) / seconds
 
 
 def _ratio(numerator: str, denominator: str, new: Snapshot | None, old: Snapshot | None) -> float | None:
@@ -125,15 +145,24 @@ _window = Window()
 def dashboard_figures() -> dict:
     """Everything the dashboard draws, over the last window (lifetime totals on the first call)."""
     web_text, _ = metrics.render()
-    engine, engine_error = scrape_engine()
-    sample = Sample(at=time.time(), web=parse(web_text.decode()), engine=engine)
+    read, replicas = scrape_engine()
+    sample = Sample(at=time.time(), web=parse(web_text.decode()), replicas=replicas)
     base = _window.add(sample, settings.MONITORING_WINDOW_SECONDS)
     web, old_web = sample.web, base.web if base else None
-    old_engine = base.engine if base else None
-    ttft, gap, engine_ttft = (
-        "chat_time_to_first_token_seconds",
-        "chat_time_between_tokens_seconds",
-        "vllm:time_to_first_token_seconds",
+    seconds = sample.at - base.at if base else None
+    ttft, gap = "chat_time_to_first_token_seconds", "chat_time_between_tokens_seconds"
+    errors = [f"{r.url}: {r.error}" for r in read if r.error is not None] or (
+        [] if read else ["the router lists no engines"]
+    )
+    engine = merged([snapshot for snapshot in replicas.values() if snapshot is not None])
+    # The window's figures over the engines read both times: one that came or went in between
+    # would add its lifetime counts to the window, or take them away.
+    old = base.replicas if base else {}
+    both = [url for url, snapshot in replicas.items() if snapshot is not None and old.get(url) is not None]
+    windowed = engine_figures(
+        merged([replicas[url] for url in both]) if base else engine,
+        merged([old[url] for url in both]),
+        seconds,
     )
     return {
         "time": sample.at,
@@ -143,7 +172,7 @@ def dashboard_figures() -> dict:
             "ttft_p95_ms": _quantile_ms(0.95, ttft, web, old_web),
             "token_gap_p50_ms": _quantile_ms(0.5, gap, web, old_web),
             "token_gap_p99_ms": _quantile_ms(0.99, gap, web, old_web),
-            "tokens_per_second": _round(_rate("chat_streamed_tokens_total", sample, base, "web")),
+            "tokens_per_second": _round(_rate("chat_streamed_tokens_total", web, old_web, seconds)),
             "active_generations": web.get("chat_active_generations", 0.0),
             "websocket_connections": web.get("chat_websocket_connections", 0.0),
             "running_jobs": web.get("chat_bulk_jobs{status=running}", 0.0),
@@ -157,16 +186,36 @@ def dashboard_figures() -> dict:
         "host": host_figures(),
         "engine": {
             "up": engine is not None,
-            "error": engine_error,
-            "running": engine.get("vllm:num_requests_running") if engine else None,
-            "waiting": engine.get("vllm:num_requests_waiting") if engine else None,
-            "kv_cache_usage": _round(engine.get("vllm:kv_cache_usage_perc"), 4) if engine else None,
-            "prefix_cache_hit_rate": _round(
-                _ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", engine, old_engine),
-                4,
-            ),
-            "tokens_per_second": _round(_rate("vllm:generation_tokens_total", sample, base, "engine")),
-            "ttft_p50_ms": _quantile_ms(0.5, engine_ttft, engine, old_engine),
-            "ttft_p95_ms": _quantile_ms(0.95, engine_ttft, engine, old_engine),
+            "error": "; ".join(errors) or None,
+            **windowed,
+            # What runs now, on every engine that answers.
+            **{key: value for key, value in engine_figures(engine, None, None).items() if key in NOW},
         },
+        # Each engine alone: the router's replicas (with its view of their health), or the one engine.
+        "replicas": [
+            {
+                "url": r.url,
+                "healthy": r.healthy,
+                "up": replicas[r.url] is not None,
+                "error": r.error,
+                **engine_figures(replicas[r.url], base.replicas.get(r.url) if base else None, seconds),
+            }
+            for r in read
+        ],
+    }
+
+
+def engine_figures(new: Snapshot | None, old: Snapshot | None, seconds: float | None) -> dict:
+    """One engine's figures (or every replica's together) between two snapshots."""
+    ttft = "vllm:time_to_first_token_seconds"
+    return {
+        "running": new.get("vllm:num_requests_running") if new else None,
+        "waiting": new.get("vllm:num_requests_waiting") if new else None,
+        "kv_cache_usage": _round(new.get(KV_USE), 4) if new else None,
+        "prefix_cache_hit_rate": _round(
+            _ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", new, old), 4
+        ),
+        "tokens_per_second": _round(_rate("vllm:generation_tokens_total", new, old, seconds)),
+        "ttft_p50_ms": _quantile_ms(0.5, ttft, new, old),
+        "ttft_p95_ms": _quantile_ms(0.95, ttft, new, old),
     }

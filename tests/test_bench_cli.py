@@ -11,6 +11,7 @@ MODULES = [
     "bench_knee",
     "bench_relay",
     "bench_speculative",
+    "bench_router",
 ]
 
 
@@ -112,6 +113,16 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
         "repeat_same": {"off": 8, "ngram": 6},
     }  # fmt: skip
     (tmp_path / "speculative.json").write_text(json.dumps(speculative))
+    run = {"hit_rate": 0.8, "computed_prompt_tokens": 1000, "turn8_cached_tokens_p50": 900,
+           "turn8_ttft_p50_ms": 90.0, "ttft_p50_ms": 80.0, "tokens_per_s": 50.0}  # fmt: skip
+    router = {
+        "benchmark": "router", "machine": machine, "duration_s": 60, "conversations": 8, "max_tokens": 96,
+        "replica_devices": [{"VLLM_CPU_OMP_THREADS_BIND": "0"}, {"VLLM_CPU_OMP_THREADS_BIND": "1"}],
+        "runs": {"one engine": run, "2 replicas, consistent_hash": {**run, "hit_rate": 0.78},
+                 "2 replicas, round_robin": {**run, "hit_rate": 0.4, "computed_prompt_tokens": 2500}},
+        "hit_rate_vs_one_engine": 0.975,
+    }  # fmt: skip
+    (tmp_path / "router.json").write_text(json.dumps(router))
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"old figures\n{report.NOTES}\n## Notes\nWritten by a person.\n")
     report.main(["--results", str(tmp_path), "--doc", str(doc)])
@@ -128,6 +139,8 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     assert "| 4 | – / 7.0 | 1.000 / 1.000 | +1.0 / +1.0 | 0.250 / 0.250 | 12 |" in text
     assert "With two web processes behind nginx" in text and "--web-processes 2`)." in text
     assert "frames of 20 tokens: 9,000 tokens/s" in text and "0.320 ms of CPU per token" in text
+    assert "0.97× (78.0% against 80.0%), met; and far above round-robin's (40.0%, +38.0 points" in text
+    assert "compute 2.5× the prompt tokens" in text and "| 2 replicas, round_robin | 40.0% | 2,500 |" in text
 
 
 def test_it_reads_throughput_as_a_share_of_the_hardware_ceilings():

@@ -91,3 +91,21 @@ def test_it_says_what_a_starting_engine_is_doing_instead_of_an_error(client, set
     state.publish("serving", "")
     health._cache.clear()
     assert client.get("/healthz").json()["engine"].startswith("error: ")
+
+
+def test_behind_the_router_it_says_a_replica_is_starting_while_the_router_cannot_answer(client, settings):
+    from inference import state
+    from inference.router import replica_url
+
+    # The router listens only once every replica is healthy: until then, the replicas say why.
+    settings.INFERENCE_URL, settings.INFERENCE_REPLICAS = "http://127.0.0.1:1", 2
+    first, second = (replica_url(settings.INFERENCE_URL, index) for index in (0, 1))
+    state.publish("serving", "", url=first)
+    state.publish("restarting", "it stopped and starts again in 2 s", url=second)
+    health._cache.clear()
+    body = client.get("/healthz").json()
+    assert (body["status"], body["engine"]) == ("starting", "restarting: it stopped and starts again in 2 s")
+    # A replica of another site (another INFERENCE_URL) tells nothing.
+    settings.INFERENCE_URL = "http://127.0.0.1:100"
+    health._cache.clear()
+    assert client.get("/healthz").json()["engine"].startswith("error: ")

@@ -28,13 +28,16 @@ from django.urls import resolve
 from deploy.supervisor import procfile
 from frontend import health
 from harness.processes import ROOT
+from inference.router import RouterConfig
 from tests.test_configuration_docs import read_by_the_product
 
 KUSTOMIZATION = ROOT / "deploy" / "k8s"
 # Each product workload's app.kubernetes.io/component label, and the Procfile process it runs.
 PROCESSES = {"web": "web", "worker": "worker", "beat": "beat", "bulk": "bulk", "engine": "inference"}
-# Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy.
-NOT_DEPLOYED = {"redis", "nginx"}
+# Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy,
+# and the router runs from vLLM's own image with service discovery (router.yaml) instead of
+# `runrouter`'s fixed replicas.
+NOT_DEPLOYED = {"redis", "nginx", "router"}
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
 INGRESS = "nginx.ingress.kubernetes.io/"
 
@@ -332,6 +335,14 @@ def test_the_router_discovers_the_engine_pods_and_no_others(objects):
     assert flag_values(args, "--service-discovery-namespace") == ["$(POD_NAMESPACE)"]
     namespace = next(variable for variable in router["env"] if variable["name"] == "POD_NAMESPACE")
     assert namespace["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_the_router_routes_and_sets_failing_engines_aside_as_make_run_s_does(objects):
+    router = main_container(workloads(objects)["router"])
+    args = router.get("command", []) + router.get("args", [])
+    flags = RouterConfig.from_settings(settings, ["http://engine:8100"]).routing_flags()
+    start = args.index(flags[0])
+    assert args[start : start + len(flags)] == flags
 
 
 def test_inference_url_names_the_router_service(objects):

@@ -44,6 +44,44 @@ def test_it_spreads_the_model_over_the_configured_gpus():
     assert flag(command, "--tensor-parallel-size") == "4"
 
 
+def test_each_replica_serves_above_the_router_on_a_share_of_the_host_of_its_own(settings, monkeypatch):
+    import shutil
+
+    settings.INFERENCE_URL, settings.INFERENCE_REPLICAS = "http://127.0.0.1:8100", 2
+    settings.INFERENCE_REPLICA = 1
+    config = EngineConfig.from_settings(settings)
+    assert config.url == "http://127.0.0.1:8102"
+    assert flag(config.command(), "--port") == "8102"
+    # CPU: a half of the cores each, so the two engines' threads do not spin against each other.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(shutil, "which", {}.get)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    assert config.environment()["VLLM_CPU_OMP_THREADS_BIND"] == "2,3"
+    # ...unless the operator bound them already, or there are fewer cores than replicas.
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-3")
+    assert config.environment()["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert config.replica_devices() == {}
+    # CUDA: its own GPUs, as many as one engine spreads the model over.
+    from dataclasses import replace
+
+    monkeypatch.setattr(shutil, "which", {"nvidia-smi": "/usr/bin/nvidia-smi"}.get)
+    assert replace(config, tensor_parallel_size=2).replica_devices() == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    # ...out of the operator's own list where one is set, and never fewer than it needs.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert config.replica_devices() == {"CUDA_VISIBLE_DEVICES": "5"}
+    with pytest.raises(EngineStartError, match="too few for 2 replicas"):
+        replace(config, tensor_parallel_size=2).replica_devices()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    # The only engine keeps INFERENCE_URL and the whole host.
+    settings.INFERENCE_REPLICA = -1
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    alone = EngineConfig.from_settings(settings)
+    assert alone.url == settings.INFERENCE_URL
+    assert not {"VLLM_CPU_OMP_THREADS_BIND", "CUDA_VISIBLE_DEVICES"} & set(alone.environment())
+
+
 def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypatch):
     import importlib
     import shutil

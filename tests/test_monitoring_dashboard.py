@@ -82,6 +82,8 @@ def test_it_combines_web_tier_and_engine_figures(client, staff, engine_url, sett
         assert body["engine"]["up"] is True
         assert body["engine"]["running"] == 0
         assert 0 <= body["engine"]["kv_cache_usage"] <= 1
+        [alone] = body["replicas"]
+        assert (alone["url"], alone["healthy"], alone["up"], alone["running"]) == (engine_url, None, True, 0)
     assert second["window_seconds"] is not None
     assert second["web"]["tokens_per_second"] == 0
 
@@ -112,6 +114,10 @@ def test_it_redraws_the_charts_by_itself_in_a_browser(page, product_server, staf
     names = page.locator("#processes tbody tr td:nth-child(2)").all_inner_texts()
     assert any("vllm" in n for n in names) and any("daphne" in n for n in names), names
     assert page.locator("#no-gpu").is_visible() == (host_gpus() is None)
+    # The engine table: the one engine, no router to judge its health.
+    [engine] = page.locator("#replicas tbody tr").all()
+    cells = engine.locator("td").all_inner_texts()
+    assert cells[0].startswith("http://127.0.0.1:") and cells[1] == "–" and cells[2] == "0", cells
     assert errors == []
 
 

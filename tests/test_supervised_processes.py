@@ -61,6 +61,22 @@ def test_behind_nginx_each_web_process_has_a_port_of_its_own_and_trusts_only_thi
     }
 
 
+def test_with_replicas_each_engine_is_a_program_of_its_own_behind_the_router(tmp_path):
+    programs = commands_run(tmp_path, Topology(["inference", "router", "web"], engine_replicas=3))
+    inference = ["sh", "-c", "exec " + procfile()["inference"]]
+    # Every process learns the replicas' count from supervisord itself, however it was started.
+    count = {"INFERENCE_REPLICAS": "3"}
+    assert programs == {
+        "inference-0": (inference, {**count, "INFERENCE_REPLICA": "0"}),
+        "inference-1": (inference, {**count, "INFERENCE_REPLICA": "1"}),
+        "inference-2": (inference, {**count, "INFERENCE_REPLICA": "2"}),
+        "router": (["sh", "-c", "exec " + procfile()["router"]], count),
+        "web": (["sh", "-c", "exec " + procfile()["web"]], count),
+    }
+    with pytest.raises(SystemExit, match="router"):
+        Topology(["inference", "web"], engine_replicas=2)
+
+
 def kill_and_see_it_return(supervisor: Supervisord, name: str, base: str, log: Path) -> dict[str, int]:
     """SIGKILL one process; it is restarted, the others keep their pids, and the site works again."""
     before = pids(supervisor)

@@ -136,6 +136,25 @@
       gpus.map((g) => [`${g.index}: ${g.name}`, g.utilisation_percent, `${g.memory_used_mib} / ${g.memory_total_mib}`, g.temperature_c]),
     );
   }
+  function percent(share) {
+    return share == null ? null : format(share * 100);
+  }
+
+  function drawReplicas(replicas) {
+    fillTable(
+      "replicas",
+      replicas.map((r) => [
+        r.up ? r.url : `${r.url} (unreachable: ${r.error})`,
+        r.healthy == null ? null : r.healthy ? "yes" : "no",
+        format(r.running),
+        format(r.waiting),
+        percent(r.kv_cache_usage),
+        percent(r.prefix_cache_hit_rate),
+        format(r.tokens_per_second),
+        format(r.ttft_p50_ms),
+      ]),
+    );
+  }
   const tiles = Array.from(root.querySelectorAll("[data-field]"));
 
   async function poll() {
@@ -145,6 +164,7 @@
       const data = await response.json();
       for (const chart of charts) chart.push(data);
       drawHost(data.host);
+      drawReplicas(data.replicas);
       for (const tile of tiles) {
         tile.textContent = tile.dataset.field
           .split(",")

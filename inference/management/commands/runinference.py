@@ -1,3 +1,4 @@
+import functools
 import signal
 import sys
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
             startup_timeout=settings.INFERENCE_STARTUP_TIMEOUT,
             log=self._log,
             output=sys.stdout,
-            on_state=state.publish,
+            on_state=functools.partial(state.publish, url=config.url),
         )
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
@@ -38,7 +39,7 @@ class Command(BaseCommand):
         except EngineStartError as exc:
             raise CommandError(str(exc)) from exc
         finally:
-            state.publish("stopped", "its supervisor stopped")
+            state.publish("stopped", "its supervisor stopped", url=config.url)
 
     def _log(self, line: str) -> None:
         self.stdout.write(line)
