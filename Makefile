@@ -69,7 +69,7 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Benchmarks (bench/, docs/benchmarks.md): about 85 minutes on a 2-core CPU host; QUICK=1 for about 45.
+# Benchmarks (bench/, docs/benchmarks.md): about 100 minutes on a 2-core CPU host; QUICK=1 for about 55.
 BENCH_FLAGS := $(if $(QUICK),--quick)
 # A PostgreSQL database for the streaming benchmark's second store (docs/benchmarks.md); empty: skipped.
 BENCH_DATABASE_URL ?=
@@ -81,6 +81,8 @@ bench: prepare
 	$(BIN)/python -m bench.bench_relay $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_speculative $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_router $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_defaults $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_binding $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_streaming --web-processes 2 --levels 16 32 $(BENCH_FLAGS)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(MANAGE) migrate --noinput)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS))

@@ -4,8 +4,10 @@ The same conversations (a ~440-token system prompt, 8 user turns, answers up to 
 tokens, temperature 0) run one turn at a time through the product and straight to the
 engine, first on an engine with prefix caching, then on one started with
 --no-enable-prefix-caching (INFERENCE_PREFIX_CACHING=false). Reports the time to first
-token and the cached prompt tokens of every turn.
-Target: at turn 8, at least 10 times lower time to first token with caching.
+token and the cached prompt tokens of every turn. Then, straight to each engine, the same
+conversation with the system prompt repeated 1 to 4 times: the turn-8 ratio by history length.
+Target: at turn 8, at least 10 times lower time to first token with caching, and the history
+length where the ratio crosses 10x.
 """
 
 import argparse
@@ -47,9 +49,14 @@ def conversation(index: int) -> list[str]:
     return [CONVERSATION_OPENERS[index % len(CONVERSATION_OPENERS)] + TURNS[0], *TURNS[1:]]
 
 
-async def raw_conversation(engine_url: str, turns: list[str]) -> list[dict]:
+# How many times the system prompt is repeated, for the history lengths of the ratio by length.
+SCALES = (1, 2, 3, 4)
+QUICK_SCALES = (1, 3)
+
+
+async def raw_conversation(engine_url: str, turns: list[str], system: str = LONG_SYSTEM_PROMPT) -> list[dict]:
     raw = RawEngine(engine_url, max_tokens=MAX_TOKENS)
-    history = [{"role": "system", "content": LONG_SYSTEM_PROMPT}]
+    history = [{"role": "system", "content": system}]
     salt = new_salt()
     rows = []
     try:
@@ -93,7 +100,7 @@ def by_turn(conversations: list[list[dict]]) -> list[dict]:
     return turns
 
 
-def run_mode(prefix_caching: bool, count: int) -> dict:
+def run_mode(prefix_caching: bool, count: int, scales: tuple[int, ...]) -> dict:
     config = engine_config(prefix_caching=prefix_caching)
     name = "on" if prefix_caching else "off"
     with engine_running(config, f"prefix-{name}-engine") as engine_url:
@@ -107,7 +114,35 @@ def run_mode(prefix_caching: bool, count: int) -> dict:
                 for index, cookie in enumerate(cookies):
                     product.append(asyncio.run(product_conversation(base_url, cookie, conversation(index))))
                     raw.append(asyncio.run(raw_conversation(engine_url, conversation(index))))
-    return {"engine": engine_settings(config), "product": by_turn(product), "raw": by_turn(raw)}
+        # Longer histories: the same turns after a system prompt repeated `scale` times.
+        lengths = []
+        for scale in scales:
+            system = "\n\n".join([LONG_SYSTEM_PROMPT] * scale)
+            last = asyncio.run(raw_conversation(engine_url, conversation(0), system))[-1]
+            lengths.append({"scale": scale, **{k: last[k] for k in ("prompt_tokens", "ttft_ms")}})
+    return {
+        "engine": engine_settings(config),
+        "product": by_turn(product),
+        "raw": by_turn(raw),
+        "by_length": lengths,
+    }
+
+
+def by_length(on: list[dict], off: list[dict]) -> dict:
+    """The turn-8 ratio at each history length, and the length where it crosses 10x (interpolated
+    between the two lengths around it; None if it does not within the lengths measured)."""
+    points = [
+        {"prompt_tokens": a["prompt_tokens"], "ratio": round(b["ttft_ms"] / a["ttft_ms"], 2)}
+        for a, b in zip(on, off, strict=True)
+    ]
+    crossing = None
+    for low, high in zip(points, points[1:], strict=False):
+        if low["ratio"] < 10 <= high["ratio"]:
+            share = (10 - low["ratio"]) / (high["ratio"] - low["ratio"])
+            crossing = round(low["prompt_tokens"] + share * (high["prompt_tokens"] - low["prompt_tokens"]))
+    if points and points[0]["ratio"] >= 10:
+        crossing = points[0]["prompt_tokens"]
+    return {"points": points, "crosses_10x_at_prompt_tokens": crossing}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -119,9 +154,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     options = parser().parse_args(argv)
     count = options.conversations or (1 if options.quick else 2)
+    scales = QUICK_SCALES if options.quick else SCALES
     with redis_running():
-        on = run_mode(True, count)
-        off = run_mode(False, count)
+        on = run_mode(True, count, scales)
+        off = run_mode(False, count, scales)
 
     def speedup(path: str) -> float:
         return round(off[path][-1]["ttft_ms"] / on[path][-1]["ttft_ms"], 2)
@@ -135,6 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         "off": off,
         "turn8_speedup_product": speedup("product"),
         "turn8_speedup_raw": speedup("raw"),
+        "turn8_by_length": by_length(on["by_length"], off["by_length"]),
     }
     print({k: result[k] for k in ("turn8_speedup_product", "turn8_speedup_raw")}, flush=True)
     save(options.output, "prefix", result)

@@ -4,7 +4,7 @@ The same 8-turn conversations (benchmark 3's: a ~440-token system prompt, answer
 tokens, temperature 0), several at a time, each turn sent as the product sends it (the
 conversation as X-Session-ID, a cache salt of the conversation's own, so only its own history
 can hit the cache), to:
-- one engine on every core (what a one-engine `make run` runs);
+- one engine as a one-engine `make run` starts it (its threads on every core);
 - two replicas, each on its own share of the cores (`make run INFERENCE_REPLICAS=2`), behind
   vllm-router with `consistent_hash` (the product's default), `cache_aware`, and `round_robin`.
 Reports the prefix-cache hit rate (cached over prompt tokens, every turn), the prompt tokens

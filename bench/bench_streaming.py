@@ -100,6 +100,21 @@ async def product_level(
     return figures
 
 
+def raw_and_product(engine_url: str, api_pid: int | None, level: int, jobs: list[str]) -> tuple[dict, dict]:
+    """`level` chats straight to the engine, then through the product started on it (both
+    paths warmed first): (raw figures, product figures)."""
+    environment = product_environment(system_prompt=SHORT_SYSTEM_PROMPT, max_tokens=MAX_TOKENS)
+    with product_process(engine_url, **environment) as (base_url, daphne):
+        asyncio.run(raw_level(engine_url, 1, PROMPTS[:1]))
+        with bench_users(1) as cookies:
+            asyncio.run(product_level(base_url, cookies, PROMPTS[:1]))
+        raw = asyncio.run(raw_level(engine_url, level, jobs, api_pid))
+        pids = ([daphne.pid], api_pid) if api_pid else None
+        with bench_users(level) as cookies:
+            product = asyncio.run(product_level(base_url, cookies, jobs, pids))
+    return raw, product
+
+
 HISTOGRAMS = ("chat_time_to_first_token_seconds", "chat_turn_store_seconds")
 
 

@@ -445,8 +445,31 @@ def prefix_section(result: dict, folder: Path) -> str:
             "![Prefix caching](benchmarks/prefix.png)",
             f"Target: at turn 8, at least 10 times lower TTFT with caching — the product {speedup:.1f}× "
             f"(the raw engine {result['turn8_speedup_raw']:.1f}×), {verdict(speedup >= 10)}.",
+            *length_parts(result.get("turn8_by_length")),
         ]
     )
+
+
+def length_parts(by_length: dict | None) -> list[str]:
+    """The turn-8 ratio by history length (raw engine, system prompt repeated), if measured."""
+    if not by_length:
+        return []
+    points = by_length["points"]
+    crossing = by_length["crosses_10x_at_prompt_tokens"]
+    rows = [[point["prompt_tokens"], f"{point['ratio']:.1f}×"] for point in points]
+    if crossing is None:
+        top = max(points, key=lambda point: point["ratio"])
+        where = (
+            f"it does not cross 10× within the lengths measured: the most is {top['ratio']:.1f}× at "
+            f"{top['prompt_tokens']:,} tokens"
+        )
+    else:
+        where = f"it crosses 10× at about {crossing:,} prompt tokens at turn 8"
+    return [
+        "The same conversation straight to each engine with the system prompt repeated 1 to 4 times: "
+        f"turn-8 TTFT without caching over with it, by the turn's prompt length; {where}.",
+        table(["turn-8 prompt tokens", "TTFT off / on"], rows),
+    ]
 
 
 def knee_section(result: dict, folder: Path) -> str:
@@ -596,7 +619,8 @@ def router_section(result: dict, folder: Path) -> str:
             f"{result['conversations']} conversations of 8 turns at a time (section 3's: a ~440-token "
             f"system prompt, answers of {result['max_tokens']} tokens at most, temperature 0), each "
             "turn sent as the product sends it: the conversation as `X-Session-ID`, a cache salt of "
-            "the conversation's own (only its own history can hit). To one engine on every core, "
+            "the conversation's own (only its own history can hit). To one engine as a one-engine "
+            "`make run` starts it, "
             f"then to two replicas, each on its own share of the host ({devices}), behind "
             "vllm-router with each policy. Hit rate: cached over prompt tokens, every turn.",
             table(
@@ -618,6 +642,91 @@ def router_section(result: dict, folder: Path) -> str:
             f"{above * 100:+.1f} points: round-robin made the engines compute "
             f"{spread['computed_prompt_tokens'] / max(chosen['computed_prompt_tokens'], 1):.1f}× the prompt "
             "tokens).",
+        ]
+    )
+
+
+def defaults_section(result: dict, folder: Path) -> str:
+    chat_raw, chat = result["chat_default_flags"], result["chat_product"]
+    bulk_raw, bulk = result["bulk_default_flags"], result["bulk_product"]
+    rows = [
+        [
+            f"chat, {result['chats']} at once",
+            f"{fmt(chat_raw['tokens_per_s'])} tokens/s (TTFT p50 {fmt(chat_raw['ttft_p50_ms'], 0)} ms)",
+            f"{fmt(chat['tokens_per_s'])} tokens/s (TTFT p50 {fmt(chat['ttft_p50_ms'], 0)} ms)",
+            f"{result['chat_ratio']:.2f}×",
+        ],
+        *(
+            [
+                [
+                    f"chat, {result['chats']} at once, straight to the product's engine",
+                    "",
+                    f"{fmt(result['chat_product_engine']['tokens_per_s'])} tokens/s",
+                    f"{result['chat_product_engine']['tokens_per_s'] / chat_raw['tokens_per_s']:.2f}×",
+                ]
+            ]
+            if "chat_product_engine" in result
+            else []
+        ),
+        [
+            f"bulk, {bulk_raw['documents']} documents",
+            f"{fmt(bulk_raw['docs_per_minute'])} documents/min",
+            f"{fmt(bulk['docs_per_minute'])} documents/min",
+            f"{result['bulk_ratio']:.2f}×",
+        ],
+    ]
+    return "\n\n".join(
+        [
+            "## 8. Against vLLM with its default flags",
+            "The same host, one engine after the other: vLLM started with the model and an address only "
+            "(`python -m vllm.entrypoints.openai.api_server --model M --served-model-name N --host H "
+            "--port P`: "
+            "its own block size, batch limits and scheduling, graph compilation on; the KV cache size the "
+            "CPU build needs from its users, `VLLM_CPU_KVCACHE_SPACE`, as the product's), "
+            "against the product. Chat: "
+            f"{result['chats']} concurrent chats of {result['max_tokens']} tokens, straight to vLLM over "
+            "streaming HTTP and end to end through the product's WebSocket on its engine settings. Bulk: "
+            "the same documents summarized straight to vLLM at the bulk workers' concurrency, and as a "
+            "bulk job through a Celery worker on the product's bulk engine profile (n-gram speculation).",
+            table(["workload", "vLLM, default flags", "the product", "product / vLLM"], rows),
+            f"Targets: chat tokens/s at {result['chats']} concurrent at least 1.2× — "
+            f"{result['chat_ratio']:.2f}×, {verdict(result['chat_ratio'] >= 1.2)}; bulk documents per "
+            "minute at least 1.5× — "
+            f"{result['bulk_ratio']:.2f}×, {verdict(result['bulk_ratio'] >= 1.5)}.",
+        ]
+    )
+
+
+def binding_section(result: dict, folder: Path) -> str:
+    rows = [
+        [
+            f"{name} ({', '.join(f'`{k}={v}`' for k, v in run['environment'].items())})",
+            fmt(run["raw"]["tokens_per_s"]),
+            fmt(run["product"]["tokens_per_s"]),
+            f"{fmt(run['raw']['ttft_p50_ms'], 0)} / {fmt(run['product']['ttft_p50_ms'], 0)}",
+            fmt(run["product"].get("web_cpu_ms_per_token"), 3),
+        ]
+        for name, run in result["runs"].items()
+    ]
+    best = max(result["runs"], key=lambda name: result["runs"][name]["product"]["tokens_per_s"] or 0)
+    return "\n\n".join(
+        [
+            "## 9. Where the engine's threads run (`VLLM_CPU_OMP_THREADS_BIND`)",
+            f"The shipped engine started three ways, {result['chats']} chats of {result['max_tokens']} "
+            "tokens straight to it and through the product: vLLM's automatic binding as it ships (one "
+            "core kept off the model for its scheduler and the rest), the same keeping none (what the "
+            "product's launcher sets), and not bound.",
+            table(
+                [
+                    "binding",
+                    "raw tokens/s",
+                    "product tokens/s",
+                    "TTFT p50 ms, raw / product",
+                    "web CPU ms/token",
+                ],
+                rows,
+            ),  # fmt: skip
+            f"Most product tokens/s: {best}.",
         ]
     )
 
@@ -682,6 +791,8 @@ def main(argv: list[str] | None = None) -> None:
         "relay": relay_section,
         "speculative": speculative_section,
         "router": router_section,
+        "defaults": defaults_section,
+        "binding": binding_section,
     }
     for name, build in builders.items():
         result = load(options.results, name)

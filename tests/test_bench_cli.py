@@ -12,6 +12,8 @@ MODULES = [
     "bench_relay",
     "bench_speculative",
     "bench_router",
+    "bench_defaults",
+    "bench_binding",
 ]
 
 
@@ -123,6 +125,14 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
         "hit_rate_vs_one_engine": 0.975,
     }  # fmt: skip
     (tmp_path / "router.json").write_text(json.dumps(router))
+    defaults = {
+        "benchmark": "defaults", "machine": machine, "duration_s": 60, "chats": 64, "max_tokens": 64,
+        "chat_default_flags": figures, "chat_product": {**figures, "tokens_per_s": 125.0},
+        "bulk_default_flags": {"documents": 24, "docs_per_minute": 20.0},
+        "bulk_product": {"documents": 24, "docs_per_minute": 28.0},
+        "engines": {"default_flags": ["--model", "m"]}, "chat_ratio": 1.25, "bulk_ratio": 1.4,
+    }  # fmt: skip
+    (tmp_path / "defaults.json").write_text(json.dumps(defaults))
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"old figures\n{report.NOTES}\n## Notes\nWritten by a person.\n")
     report.main(["--results", str(tmp_path), "--doc", str(doc)])
@@ -140,7 +150,21 @@ def test_it_writes_the_report_with_charts_from_results(tmp_path):
     assert "With two web processes behind nginx" in text and "--web-processes 2`)." in text
     assert "frames of 20 tokens: 9,000 tokens/s" in text and "0.320 ms of CPU per token" in text
     assert "0.97× (78.0% against 80.0%), met; and far above round-robin's (40.0%, +38.0 points" in text
-    assert "compute 2.5× the prompt tokens" in text and "| 2 replicas, round_robin | 40.0% | 2,500 |" in text
+    assert "compute 2.5× the prompt tokens" in text
+    assert "| bulk, 24 documents | 20.0 documents/min | 28.0 documents/min | 1.40× |" in text
+    assert "at least 1.2× — 1.25×, met; bulk documents per minute at least 1.5× — 1.40×, **missed**" in text
+    assert "| 2 replicas, round_robin | 40.0% | 2,500 |" in text
+
+
+def test_it_finds_the_history_length_where_the_turn_8_ratio_crosses_10x():
+    from bench.bench_prefix import by_length
+
+    on = [{"prompt_tokens": n, "ttft_ms": 10.0} for n in (1000, 2000, 3000)]
+    off = [{"prompt_tokens": n, "ttft_ms": ms} for n, ms in ((1000, 80.0), (2000, 90.0), (3000, 130.0))]
+    # 9× at 2,000 tokens, 13× at 3,000: 10× a quarter of the way between.
+    assert by_length(on, off)["crosses_10x_at_prompt_tokens"] == 2250
+    assert by_length(on[:2], off[:2])["crosses_10x_at_prompt_tokens"] is None
+    assert by_length(on, [{**p, "ttft_ms": 200.0} for p in off])["crosses_10x_at_prompt_tokens"] == 1000
 
 
 def test_it_reads_throughput_as_a_share_of_the_hardware_ceilings():

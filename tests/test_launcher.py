@@ -82,6 +82,22 @@ def test_each_replica_serves_above_the_router_on_a_share_of_the_host_of_its_own(
     assert not {"VLLM_CPU_OMP_THREADS_BIND", "CUDA_VISIBLE_DEVICES"} & set(alone.environment())
 
 
+def test_a_lone_cpu_engine_computes_on_every_core_unless_told_otherwise(monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", {}.get)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    config = EngineConfig.from_settings(settings)
+    # vLLM's automatic binding, with no core kept off the model (its default keeps one).
+    assert config.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    assert config.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    # CUDA hosts: nothing of the kind.
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    monkeypatch.setattr(shutil, "which", {"nvidia-smi": "/usr/bin/nvidia-smi"}.get)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in config.environment()
+
+
 def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypatch):
     import importlib
     import shutil
