@@ -20,14 +20,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-import httpx
-
 from bench.bench_prefix import MAX_TOKENS, conversation
 from bench.clients import RawEngine
 from bench.processes import engine_config, engine_process, log_file
 from bench.prompts import LONG_SYSTEM_PROMPT, new_salt
 from bench.results import arguments, engine_settings, percentile, save
 from harness.processes import free_port, wait_for
+from harness.supervision import answers
 from inference.router import RouterConfig
 
 POLICIES = ["consistent_hash", "cache_aware", "round_robin"]
@@ -91,7 +90,7 @@ def router_running(worker_urls: list[str], policy: str) -> Iterator[str]:
         config.command(), env=config.environment(), stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        wait_for(lambda: _answers(url + "/health") or process.poll() is not None, 120, "the router")
+        wait_for(lambda: answers(url + "/health") or process.poll() is not None, 120, "the router")
         if process.poll() is not None:
             raise SystemExit(f"the router exited; see {log.name}")
         yield url
@@ -99,13 +98,6 @@ def router_running(worker_urls: list[str], policy: str) -> Iterator[str]:
         process.terminate()
         process.wait(10)
         log.close()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def parser():

@@ -26,6 +26,8 @@ import httpx
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from inference.router import router_workers
+
 
 @dataclass(frozen=True)
 class ChatRequest:
@@ -340,9 +342,8 @@ class OpenAIEngineClient:
             self._plain_engine = response.status_code == 404
             return [self._base_url]
         try:
-            workers = response.json()["workers"]
-            healthy = [worker["url"].rstrip("/") for worker in workers if worker["is_healthy"]]
-        except (ValueError, KeyError, TypeError):
+            healthy = [url for url, up in router_workers(response.json()) if up]
+        except ValueError:
             return [self._base_url]
         if not healthy:
             # Not an idle engine: none at all, and bulk work must wait as it does for a dead one.

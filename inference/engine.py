@@ -20,6 +20,7 @@ from django.conf import settings
 from inference import metrics
 from inference.breaker import CircuitBreaker, GuardedEngineClient
 from inference.client import ChatRequest, OpenAIEngineClient
+from inference.router import router_workers
 
 # Probes answer at once or report the engine unreachable: a health check must not hang.
 PROBE_TIMEOUT = 2.0
@@ -103,8 +104,9 @@ def engine_client() -> ModelEngines:
     )
 
 
-def _probe(path: str) -> httpx.Response:
-    response = httpx.get(settings.INFERENCE_URL.rstrip("/") + path, timeout=PROBE_TIMEOUT)
+def _probe(path: str, base: str | None = None) -> httpx.Response:
+    """GET `path` of the engine (or router) at `base`, INFERENCE_URL by default."""
+    response = httpx.get((base or settings.INFERENCE_URL).rstrip("/") + path, timeout=PROBE_TIMEOUT)
     response.raise_for_status()
     return response
 
@@ -125,13 +127,9 @@ def engine_replicas() -> list[tuple[str, bool | None]]:
     workers, or INFERENCE_URL itself (None: no router to ask) where it is an engine, which has no
     /workers, or where nothing answers."""
     try:
-        response = httpx.get(settings.INFERENCE_URL.rstrip("/") + "/workers", timeout=PROBE_TIMEOUT)
-        if response.status_code == 200:
-            workers = response.json()["workers"]
-            return sorted((worker["url"], bool(worker["is_healthy"])) for worker in workers)
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
-        pass
-    return [(settings.INFERENCE_URL, None)]
+        return router_workers(_probe("/workers").json())
+    except (httpx.HTTPError, ValueError):
+        return [(settings.INFERENCE_URL, None)]
 
 
 @dataclass(frozen=True)
@@ -149,9 +147,7 @@ def engine_metrics() -> list[ReplicaMetrics]:
     replicas = []
     for url, healthy in engine_replicas():
         try:
-            response = httpx.get(url.rstrip("/") + "/metrics", timeout=PROBE_TIMEOUT)
-            response.raise_for_status()
-            replicas.append(ReplicaMetrics(url, healthy, response.text, None))
+            replicas.append(ReplicaMetrics(url, healthy, _probe("/metrics", url).text, None))
         except httpx.HTTPError as exc:
             replicas.append(ReplicaMetrics(url, healthy, None, f"{exc.__class__.__name__}: {exc}"))
     return replicas

@@ -45,6 +45,15 @@ def replica_urls(settings) -> list[str]:
     return [replica_url(settings.INFERENCE_URL, index) for index in range(settings.INFERENCE_REPLICAS)]
 
 
+def router_workers(body: object) -> list[tuple[str, bool]]:
+    """The router's `/workers` answer as (engine address, healthy) pairs, by address; ValueError
+    for an answer of another shape."""
+    try:
+        return sorted((worker["url"].rstrip("/"), bool(worker["is_healthy"])) for worker in body["workers"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a router's worker list: {exc!r}") from exc
+
+
 def router_binary() -> str:
     """vllm-router from this environment (installed with the product's requirements)."""
     beside = Path(sys.executable).parent / ROUTER_BINARY
