@@ -38,7 +38,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from bench.processes import LOGS, ROOT, engine_config, engine_running, log_file, redis_running
+from bench.processes import LOGS, PRODUCTION, ROOT, engine_config, engine_running, log_file, redis_running
 from bench.results import RESULTS, save
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
 from jobs import selectors, services
@@ -161,7 +161,7 @@ async def raw_bulk(client: OpenAIEngineClient, texts: list[str], concurrency: in
 @contextlib.contextmanager
 def celery_worker(engine_url: str):
     log = log_file("bulk-celery")
-    env = dict(os.environ, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING")
+    env = dict(os.environ, **PRODUCTION, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING")
     worker_args = (
         f"--app chatsite worker --queues bulk --hostname bench-{os.getpid()}@%h --concurrency 1 "
         "--loglevel INFO --without-gossip --without-mingle --without-heartbeat"

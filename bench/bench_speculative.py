@@ -8,8 +8,10 @@ engines, one after the other, with the shipped settings and speculation off, ngr
 batch size, and ngram only while at most SMALL_BATCH sequences run (vLLM's dynamic
 speculation); on each, the same requests straight to the engine at temperature 0: chat (a long
 story from a short prompt) and bulk (the summary of a ~600-token document), at 1, 8, 32 and 64
-concurrent. Reports output tokens/s of each, the ratios to off, and whether the texts are the
-same with and without speculation.
+concurrent; and the bulk summaries at the bulk jobs' own temperature (BULK_TEMPERATURE), where
+the engine samples and checks drafts by sampling too, at the bulk workers' concurrency only.
+Reports output tokens/s of each, the ratios to off, and whether the texts are the same with and
+without speculation.
 Targets: single-chat tokens/s with speculation at least 1.3× without; the default for each
 workload follows the numbers (docs/benchmarks.md).
 """
@@ -17,6 +19,8 @@ workload follows the numbers (docs/benchmarks.md).
 import argparse
 import asyncio
 import random
+
+from django.conf import settings
 
 from bench.bench_bulk_chat import document
 from bench.clients import RawEngine, run_concurrently
@@ -54,11 +58,17 @@ def workloads(count: int) -> dict[str, list[list[dict]]]:
         ]
         for _ in range(count)
     ]
-    return {"chat": chat, "bulk": bulk}
+    # The same summaries as bulk jobs send them: sampled at BULK_TEMPERATURE.
+    return {"chat": chat, "bulk": bulk, BULK_SAMPLED: bulk}
 
 
-async def level(engine_url: str, concurrency: int, requests: list[list[dict]]) -> tuple[dict, list[str]]:
-    raw = RawEngine(engine_url, max_tokens=MAX_TOKENS)
+BULK_SAMPLED = "bulk, sampled"
+
+
+async def level(
+    engine_url: str, concurrency: int, requests: list[list[dict]], temperature: float = 0.0
+) -> tuple[dict, list[str]]:
+    raw = RawEngine(engine_url, max_tokens=MAX_TOKENS, temperature=temperature)
     # A fresh salt: nothing of an earlier run is in the prefix cache.
     salt = new_salt()
     try:
@@ -86,7 +96,13 @@ def run_engine(mode: str, overrides: dict, levels: list[int], options: argparse.
         for concurrency in levels:
             count = max(concurrency * (1 if options.quick else 2), 4 if options.quick else 8)
             for name, requests in workloads(count).items():
-                runs = [asyncio.run(level(url, concurrency, requests)) for _ in range(repeats(options))]
+                if name == BULK_SAMPLED and concurrency != SMALL_BATCH:
+                    continue  # sampled drafts are slow to check: the bulk workers' concurrency only
+                temperature = settings.BULK_TEMPERATURE if name == BULK_SAMPLED else 0.0
+                runs = [
+                    asyncio.run(level(url, concurrency, requests, temperature))
+                    for _ in range(repeats(options))
+                ]
                 figures = best([figures for figures, _ in runs])
                 texts = runs[0][1]
                 results.setdefault(name, {})[concurrency] = (figures, texts)
@@ -109,8 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
     runs = {mode: run_engine(mode, overrides, levels, options) for mode, overrides in MODES}
     base = MODES[0][0]
     rows = []
-    for name in ("chat", "bulk"):
+    for name in ("chat", "bulk", BULK_SAMPLED):
         for concurrency in levels:
+            if concurrency not in runs[base][name]:
+                continue
             plain, plain_texts = runs[base][name][concurrency]
             row = {"workload": name, "concurrency": concurrency, "requests": len(plain_texts)}
             row["modes"] = {mode: runs[mode][name][concurrency][0] for mode in runs}

@@ -60,8 +60,9 @@ class Stream:
 class RawEngine:
     """Streams chat completions straight from vLLM's OpenAI-compatible HTTP API."""
 
-    def __init__(self, url: str, *, max_tokens: int) -> None:
+    def __init__(self, url: str, *, max_tokens: int, temperature: float = 0.0) -> None:
         self.max_tokens = max_tokens
+        self.temperature = temperature
         self._http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600, connect=10))
 
     async def chat(
@@ -71,7 +72,7 @@ class RawEngine:
             "model": settings.INFERENCE_MODEL_NAME,
             "messages": list(messages),
             "max_tokens": self.max_tokens,
-            "temperature": 0,
+            "temperature": self.temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
         }

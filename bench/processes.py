@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,21 @@ from harness.supervision import answers, supervisord_running
 from inference.launcher import EngineConfig, EngineProcess
 
 LOGS = Path(settings.DATA_DIR) / "bench-logs"
+
+# The web processes run in production mode, as deployed: development mode (DEBUG, which `make`
+# sets) records every SQL query and serves static files through Django. Their sessions are made
+# here, so this process signs them with the key the web processes get.
+if settings.DEBUG and len(settings.SECRET_KEY) < 50:
+    settings.SECRET_KEY = secrets.token_urlsafe(50)
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": settings.SECRET_KEY,
+    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    # Plain HTTP on the loopback, as behind a TLS-terminating proxy.
+    "SECURE_COOKIES": "false",
+    "SECURE_SSL_REDIRECT": "false",
+    "SECURE_HSTS_SECONDS": "0",
+}
 
 
 def log_file(name: str):
@@ -92,7 +108,7 @@ def cpu_seconds(pid: int) -> float:
 def product_process(engine_url: str, **environment: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """daphne serving the product against `engine_url`, with extra settings from `environment`:
     (base URL, process)."""
-    env = dict(os.environ, INFERENCE_URL=engine_url, **environment)
+    env = dict(os.environ, **PRODUCTION, INFERENCE_URL=engine_url, **environment)
     with daphne_running(env, LOGS / "daphne.log") as served:
         yield served
 
@@ -113,6 +129,7 @@ def cluster_process(
     write(run_dir, topology)
     env = dict(
         os.environ,
+        **PRODUCTION,
         INFERENCE_URL=engine_url,
         RUN_DIR=str(run_dir),
         PROMETHEUS_MULTIPROC_DIR=str(metrics),

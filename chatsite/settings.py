@@ -147,8 +147,9 @@ INFERENCE_KV_CACHE_SPACE_GB = env_int("INFERENCE_KV_CACHE_SPACE_GB", 2, minimum=
 INFERENCE_GPU_MEMORY_UTILIZATION = env_float(
     "INFERENCE_GPU_MEMORY_UTILIZATION", 0.9, minimum=0.05, maximum=1.0
 )
-# Graph capture speeds up decoding on a GPU; on the CPU build it only slows the start (40 s
-# eager against 106 s compiled), so eager is the default where no NVIDIA driver is present.
+# Graph capture speeds up decoding on a GPU. On the CPU build, compiling (torch.compile) made no
+# difference beyond this host's noise (docs/benchmarks.md, section 8's reading) and costs a
+# first start of about 110 s against 45, so eager is the default where no NVIDIA driver is present.
 INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", shutil.which("nvidia-smi") is None)
 # GPUs one engine spreads the model over (vLLM's --tensor-parallel-size).
 INFERENCE_TENSOR_PARALLEL_SIZE = env_int("INFERENCE_TENSOR_PARALLEL_SIZE", 1, minimum=1)

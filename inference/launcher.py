@@ -144,6 +144,11 @@ class EngineConfig:
             # host, half of it. The engine computes on every core instead (14% more tokens/s
             # through the product at 32 chats here, 17% straight to it: docs/benchmarks.md section 9).
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        if not self.enforce_eager and shutil.which("nvidia-smi") is None:
+            # The CPU build cannot load the compiled graph it saved ("'function' object has no
+            # attribute 'finalize_loading'") and compiles again at every start (106-166 s here);
+            # torch's own compile cache, without vLLM's AOT artifact, restarts in 43-46 s.
+            env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         return env
 
     def replica_devices(self) -> dict[str, str]:

@@ -98,6 +98,24 @@ def test_a_lone_cpu_engine_computes_on_every_core_unless_told_otherwise(monkeypa
     assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in config.environment()
 
 
+def test_a_compiling_cpu_engine_reuses_its_compiled_graph_across_restarts(monkeypatch):
+    import shutil
+    from dataclasses import replace
+
+    monkeypatch.setattr(shutil, "which", {}.get)
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    config = EngineConfig.from_settings(settings)
+    assert "VLLM_USE_AOT_COMPILE" not in replace(config, enforce_eager=True).environment()
+    compiled = replace(config, enforce_eager=False)
+    # vLLM's AOT artifact does not load in the CPU build; torch's compile cache does.
+    assert compiled.environment()["VLLM_USE_AOT_COMPILE"] == "0"
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert compiled.environment()["VLLM_USE_AOT_COMPILE"] == "1"
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE")
+    monkeypatch.setattr(shutil, "which", {"nvidia-smi": "/usr/bin/nvidia-smi"}.get)
+    assert "VLLM_USE_AOT_COMPILE" not in compiled.environment()
+
+
 def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypatch):
     import importlib
     import shutil
