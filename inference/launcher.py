@@ -133,18 +133,19 @@ class EngineConfig:
         if Path(self.model).is_dir():
             # A local checkpoint must never trigger a hub lookup.
             env.setdefault("HF_HUB_OFFLINE", "1")
+        cpu_host = shutil.which("nvidia-smi") is None
         if self.replica >= 0:
             devices = self.replica_devices()
             # An operator's own thread binding wins; GPUs are always shared out (above).
             if "VLLM_CPU_OMP_THREADS_BIND" in env:
                 devices.pop("VLLM_CPU_OMP_THREADS_BIND", None)
             env.update(devices)
-        elif shutil.which("nvidia-smi") is None:
+        elif cpu_host:
             # vLLM's automatic binding keeps a core off the model for its scheduler: on a 2-core
             # host, half of it. The engine computes on every core instead (14% more tokens/s
             # through the product at 32 chats here, 17% straight to it: docs/benchmarks.md section 9).
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-        if not self.enforce_eager and shutil.which("nvidia-smi") is None:
+        if not self.enforce_eager and cpu_host:
             # The CPU build cannot load the compiled graph it saved ("'function' object has no
             # attribute 'finalize_loading'") and compiles again at every start (106-166 s here);
             # torch's own compile cache, without vLLM's AOT artifact, restarts in 43-46 s.
