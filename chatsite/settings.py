@@ -5,13 +5,20 @@ Why one module of about 300 lines: Django reads one settings module, and a test 
 against docs/configuration.md; it is grouped by part (store, Redis, engine, chat, jobs,
 monitoring, security) in the order of that document."""
 
-import shutil
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from chatsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from chatsite.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    nvidia_driver_present,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
@@ -150,11 +157,17 @@ INFERENCE_GPU_MEMORY_UTILIZATION = env_float(
 # Graph capture speeds up decoding on a GPU. On the CPU build, compiling (torch.compile) made no
 # difference beyond this host's noise (docs/benchmarks.md, section 8's reading) and costs a
 # first start of about 110 s against 45, so eager is the default where no NVIDIA driver is present.
-INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", shutil.which("nvidia-smi") is None)
+INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", not nvidia_driver_present())
 # GPUs one engine spreads the model over (vLLM's --tensor-parallel-size).
 INFERENCE_TENSOR_PARALLEL_SIZE = env_int("INFERENCE_TENSOR_PARALLEL_SIZE", 1, minimum=1)
 INFERENCE_PREFIX_CACHING = env_bool("INFERENCE_PREFIX_CACHING", True)
 INFERENCE_EXTRA_ARGS = env_str("INFERENCE_EXTRA_ARGS", "")
+# The engine processes' niceness (0-19). On a CPU host the engine's threads take every core, and
+# the web tier's bursts of Python work (turns stored, tokens relayed) waited for them: niced, the
+# engine gives way at once (5: the product made 0.90-0.95 of its engine's tokens/s at 16 and 32
+# chats against 0.86-0.88, docs/benchmarks.md section 1). On a GPU host the engine's own CPU work
+# feeds the GPU: 0.
+INFERENCE_NICE = env_int("INFERENCE_NICE", 0 if nvidia_driver_present() else 5, minimum=0, maximum=19)
 # Speculative decoding: "off" or "ngram" (vLLM's prompt lookup: drafts copied from the prompt,
 # checked by the model in one step; no draft model). bench/bench_speculative.py, docs/benchmarks.md.
 INFERENCE_SPECULATIVE = env_choice("INFERENCE_SPECULATIVE", "off", {"off", "ngram"})

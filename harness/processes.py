@@ -45,7 +45,7 @@ def daphne_running(
     with open(log, "w") as output:
         process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)),
+                *(sys.executable, "-m", "chatsite.daphne", "-b", "127.0.0.1", "-p", str(port)),
                 *("--websocket-max-message-size", str(WS_MAX_MESSAGE_BYTES)),
                 *("--websocket_connect_timeout", str(WS_CONNECT_TIMEOUT)),
                 *daphne_args,

@@ -12,7 +12,6 @@ together when something goes wrong.
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from threading import Thread
 from typing import IO
@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from chatsite.env import nvidia_driver_present
 from inference.router import replica_url
 
 
@@ -58,6 +59,9 @@ class EngineConfig:
     # One of `replicas` engines on this host (make run INFERENCE_REPLICAS=N), or -1: the only one.
     replica: int = -1
     replicas: int = 1
+    # The engine's processes' niceness: above 0, the web tier's bursts of Python work take a core
+    # from the engine's threads at once instead of waiting their turn (CPU hosts).
+    nice: int = 0
 
     @classmethod
     def from_settings(cls, settings) -> "EngineConfig":
@@ -81,6 +85,7 @@ class EngineConfig:
             speculative_max_batch=settings.INFERENCE_SPECULATIVE_MAX_BATCH,
             replica=replica,
             replicas=settings.INFERENCE_REPLICAS,
+            nice=settings.INFERENCE_NICE,
         )
 
     def command(self) -> list[str]:
@@ -133,7 +138,7 @@ class EngineConfig:
         if Path(self.model).is_dir():
             # A local checkpoint must never trigger a hub lookup.
             env.setdefault("HF_HUB_OFFLINE", "1")
-        cpu_host = shutil.which("nvidia-smi") is None
+        cpu_host = not nvidia_driver_present()
         if self.replica >= 0:
             devices = self.replica_devices()
             # An operator's own thread binding wins; GPUs are always shared out (above).
@@ -156,7 +161,7 @@ class EngineConfig:
         """What this replica may use of the host: its own GPUs on CUDA, its own share of the
         cores on CPU. Without a share of its own, each CPU engine binds its threads to every
         core and the replicas' threads spin against each other."""
-        if shutil.which("nvidia-smi") is not None:
+        if nvidia_driver_present():
             # The operator's CUDA_VISIBLE_DEVICES, if set, is the host's GPUs to share out.
             given = os.environ.get("CUDA_VISIBLE_DEVICES")
             gpus = given.split(",") if given else [str(index) for index in range(64)]
@@ -222,6 +227,8 @@ class EngineProcess:
             bufsize=1,
             # Its own process group, so stopping it also stops the engine's worker processes.
             start_new_session=True,
+            # Inherited by the engine's worker processes.
+            preexec_fn=partial(os.nice, self.config.nice) if self.config.nice else None,
         )
         self._pump_thread = Thread(target=self._pump, daemon=True)
         self._pump_thread.start()

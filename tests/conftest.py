@@ -208,9 +208,14 @@ def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
 
 
 @pytest.fixture(scope="session")
-def product_server(django_db_setup, django_db_blocker, engine_url):
+def product_daphne(django_db_setup, django_db_blocker, engine_url) -> DaphneServer:
     with running_daphne(engine_url) as server:
-        yield server.url
+        yield server
+
+
+@pytest.fixture(scope="session")
+def product_server(product_daphne) -> str:
+    return product_daphne.url
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ def documented() -> set[str]:
 
 
 def read_by_the_product() -> set[str]:
-    settings = (ROOT / "chatsite" / "settings.py").read_text()
-    names = set(re.findall(r'env_(?:str|int|float|bool|list|choice)\(\s*"([A-Z0-9_]+)"', settings))
+    # The settings, and the web process's entry point (read before daphne starts).
+    python = "".join((ROOT / "chatsite" / name).read_text() for name in ("settings.py", "daphne.py"))
+    names = set(re.findall(r'env_(?:str|int|float|bool|list|choice)\(\s*"([A-Z0-9_]+)"', python))
     # Variables the processes read themselves: the Procfile's and the Makefile's.
     names |= set(re.findall(r"\$\{([A-Z0-9_]+)", (ROOT / "Procfile").read_text()))
     names |= set(re.findall(r"^([A-Z][A-Z0-9_]+) \?=", (ROOT / "Makefile").read_text(), re.MULTILINE))

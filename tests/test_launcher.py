@@ -116,19 +116,24 @@ def test_a_compiling_cpu_engine_reuses_its_compiled_graph_across_restarts(monkey
     assert "VLLM_USE_AOT_COMPILE" not in compiled.environment()
 
 
-def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypatch):
+def test_graph_capture_and_a_nice_engine_are_defaults_by_whether_an_nvidia_driver_is(monkeypatch):
     import importlib
     import shutil
 
     from chatsite import settings as product
 
     monkeypatch.delenv("INFERENCE_ENFORCE_EAGER", raising=False)
+    monkeypatch.delenv("INFERENCE_NICE", raising=False)
     try:
         driver = {"nvidia-smi": "/usr/bin/nvidia-smi"}
         monkeypatch.setattr(shutil, "which", driver.get)
-        assert importlib.reload(product).INFERENCE_ENFORCE_EAGER is False
+        gpu_host = importlib.reload(product)
+        assert (gpu_host.INFERENCE_ENFORCE_EAGER, gpu_host.INFERENCE_NICE) == (False, 0)
         monkeypatch.setattr(shutil, "which", {}.get)
-        assert importlib.reload(product).INFERENCE_ENFORCE_EAGER is True
+        cpu_host = importlib.reload(product)
+        assert (cpu_host.INFERENCE_ENFORCE_EAGER, cpu_host.INFERENCE_NICE) == (True, 5)
+        monkeypatch.setenv("INFERENCE_NICE", "0")
+        assert importlib.reload(product).INFERENCE_NICE == 0
     finally:
         monkeypatch.undo()
         importlib.reload(product)
@@ -238,6 +243,22 @@ def alive(pid: int) -> bool:
     # A zombie is dead too: it only waits for its parent to read its status.
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_engine_and_its_workers_run_as_nice_as_configured(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    config = replace(fake_server_config(tmp_path, monkeypatch), nice=7)
+    engine = EngineProcess(config)
+    engine.start()
+    try:
+        engine.wait_healthy(timeout=30)
+        worker = int((tmp_path / "workers").read_text().split()[0])
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        for pid in (engine.process.pid, worker):
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + 7)
+    finally:
+        engine.stop()
 
 
 def test_the_supervisor_restarts_a_killed_server_and_kills_the_workers_it_left(tmp_path, monkeypatch):
