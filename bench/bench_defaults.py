@@ -48,11 +48,12 @@ SIDES = ("default_flags", "product_engine", "product")
 @dataclass(frozen=True)
 class DefaultFlags:
     """vLLM as its users start it: the model and an address, nothing else (what the product's
-    launcher needs of a configuration: `model`, `url`, `command()`, `environment()`)."""
+    launcher needs of a configuration: `model`, `url`, `nice`, `command()`, `environment()`)."""
 
     model: str
     served_model_name: str
     url: str
+    nice: int = 0  # as a user's shell starts it
 
     def command(self) -> list[str]:
         address = urlsplit(self.url)

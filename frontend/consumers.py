@@ -9,6 +9,7 @@ frames (stop, new messages) while tokens flow.
 
 import asyncio
 import logging
+from functools import partial
 
 import orjson
 from channels.db import database_sync_to_async
@@ -120,12 +121,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if text_data is None:
                 raise Refusal("binary_frame", "frames must be JSON text")
             frame = protocol.decode(text_data)
-            if not await self._still_logged_in():
-                await self.close(code=4401)
-                return
             if frame["type"] not in protocol.CLIENT_FRAMES:
                 raise Refusal("unknown_type", f"unknown frame type {frame['type']!r}")
+            # A new message checks the login in its turn's own trip to the database (one trip,
+            # not two, on the path of every answer); every other frame checks it here.
+            if frame["type"] != "chat.send" and not await self._still_logged_in():
+                raise socket_auth.LoggedOut
             await getattr(self, frame["type"].replace(".", "_"))(frame)
+        except socket_auth.LoggedOut:
+            await self.close(code=4401)
         except Refusal as refusal:
             await self.send_json(refusal.frame())
         except RedisError:
@@ -140,6 +144,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         content = protocol.content_field(frame)
         await self._start_answer(
             services.chat_turn_start,
+            still_allowed=partial(socket_auth.still_logged_in, self.user.pk, self.session_key),
             conversation_id=conversation_id,
             content=content,
             parent_id=parent_id,

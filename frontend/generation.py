@@ -28,10 +28,21 @@ from contextlib import aclosing
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import transaction
 from redis.exceptions import RedisError, ResponseError
 
 import redisconn
-from frontend import admission, metrics, outcomes, protocol, selectors, services, streams, watcher
+from frontend import (
+    admission,
+    metrics,
+    outcomes,
+    protocol,
+    selectors,
+    services,
+    socket_auth,
+    streams,
+    watcher,
+)
 from frontend.deadlines import Deadlines
 from frontend.models import Message
 from frontend.protocol import Refusal
@@ -299,6 +310,8 @@ class Generation:
         )
         await database_sync_to_async(self._store)(fields)
 
+    # One commit for the message and the usage row: every answer's writes wait for the database's thread.
+    @transaction.atomic
     def _store(self, fields: dict) -> None:
         services.message_finish(message_id=self.message_id, content="".join(self.parts), **fields)
         # An answer cut short has no engine figures: its streamed tokens count (about one a delta).
@@ -320,18 +333,30 @@ def follow(message_id: int, after: int = -1) -> AsyncIterator[dict]:
     return streams.follow(redisconn.client(), message_id, after)
 
 
-def _checked_start(start_turn: Callable[..., services.Turn], *, user, **arguments) -> services.Turn:
-    # One trip to the database's thread for the quota and the turn: both are on every answer's path.
+def _checked_start(
+    start_turn: Callable[..., services.Turn], *, user, still_allowed: Callable[[], bool] | None, **arguments
+) -> services.Turn:
+    # One trip to the database's thread for the caller's own check, the quota and the turn: all
+    # are on every answer's path, and in a burst of answers that thread is the queue they wait in.
+    if still_allowed is not None and not still_allowed():
+        raise socket_auth.LoggedOut
     usage_check(user=user)
     return start_turn(user=user, **arguments)
 
 
 async def answer_start(
-    *, user, engine: EngineClient, start_turn: Callable[..., services.Turn], **arguments
+    *,
+    user,
+    engine: EngineClient,
+    start_turn: Callable[..., services.Turn],
+    still_allowed: Callable[[], bool] | None = None,
+    **arguments,
 ) -> Generation:
     """Admit an answer, store its turn, open its stream and start generating it.
 
     The one way an answer begins, for the WebSocket and the HTTP stream alike.
+    `still_allowed`, if given, runs in the turn's own trip to the database first (the socket's
+    login check: socket_auth.LoggedOut when it fails, nothing stored).
     Raises protocol.Refusal: `busy` (nothing stored), or whatever `start_turn` refuses,
     after giving the slot back.
     """
@@ -343,7 +368,9 @@ async def answer_start(
         raise
     storing = time.perf_counter()
     try:
-        turn = await database_sync_to_async(_checked_start)(start_turn, user=user, **arguments)
+        turn = await database_sync_to_async(_checked_start)(
+            start_turn, user=user, still_allowed=still_allowed, **arguments
+        )
     except BaseException:
         await admission.release(r, lease)
         raise

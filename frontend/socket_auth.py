@@ -59,6 +59,10 @@ def still_logged_in(user_id: int, session_key: str | None) -> bool:
     return get_user(SimpleNamespace(session=_store(session_key))).pk == user_id
 
 
+class LoggedOut(Exception):
+    """The socket's session no longer logs its user in: the socket closes with 4401."""
+
+
 def session_expiry(session_key: str | None) -> datetime | None:
     """When the session expires, as its store says (sync)."""
     if session_key is None:
