@@ -162,12 +162,11 @@ INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", not nvidia_driver_
 INFERENCE_TENSOR_PARALLEL_SIZE = env_int("INFERENCE_TENSOR_PARALLEL_SIZE", 1, minimum=1)
 INFERENCE_PREFIX_CACHING = env_bool("INFERENCE_PREFIX_CACHING", True)
 INFERENCE_EXTRA_ARGS = env_str("INFERENCE_EXTRA_ARGS", "")
-# The engine processes' niceness (0-19). On a CPU host the engine's threads take every core, and
-# the web tier's bursts of Python work (turns stored, tokens relayed) waited for them: niced, the
-# engine gives way at once (5: the product made 0.90-0.95 of its engine's tokens/s at 16 and 32
-# chats against 0.86-0.88, docs/benchmarks.md section 1). On a GPU host the engine's own CPU work
-# feeds the GPU: 0.
-INFERENCE_NICE = env_int("INFERENCE_NICE", 0 if nvidia_driver_present() else 5, minimum=0, maximum=19)
+# The engine processes' niceness (0-19), which its workers inherit. A nicer engine lets the web
+# tier's bursts of Python work run before the engine's threads where they share cores; on the
+# 2-core host of docs/benchmarks.md that was inside the run-to-run noise (section 1's reading), so
+# the engine runs at the product's own niceness unless an operator chooses otherwise.
+INFERENCE_NICE = env_int("INFERENCE_NICE", 0, minimum=0, maximum=19)
 # Speculative decoding: "off" or "ngram" (vLLM's prompt lookup: drafts copied from the prompt,
 # checked by the model in one step; no draft model). bench/bench_speculative.py, docs/benchmarks.md.
 INFERENCE_SPECULATIVE = env_choice("INFERENCE_SPECULATIVE", "off", {"off", "ngram"})

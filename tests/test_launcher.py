@@ -116,24 +116,19 @@ def test_a_compiling_cpu_engine_reuses_its_compiled_graph_across_restarts(monkey
     assert "VLLM_USE_AOT_COMPILE" not in compiled.environment()
 
 
-def test_graph_capture_and_a_nice_engine_are_defaults_by_whether_an_nvidia_driver_is(monkeypatch):
+def test_graph_capture_is_on_by_default_only_where_an_nvidia_driver_is(monkeypatch):
     import importlib
     import shutil
 
     from chatsite import settings as product
 
     monkeypatch.delenv("INFERENCE_ENFORCE_EAGER", raising=False)
-    monkeypatch.delenv("INFERENCE_NICE", raising=False)
     try:
         driver = {"nvidia-smi": "/usr/bin/nvidia-smi"}
         monkeypatch.setattr(shutil, "which", driver.get)
-        gpu_host = importlib.reload(product)
-        assert (gpu_host.INFERENCE_ENFORCE_EAGER, gpu_host.INFERENCE_NICE) == (False, 0)
+        assert importlib.reload(product).INFERENCE_ENFORCE_EAGER is False
         monkeypatch.setattr(shutil, "which", {}.get)
-        cpu_host = importlib.reload(product)
-        assert (cpu_host.INFERENCE_ENFORCE_EAGER, cpu_host.INFERENCE_NICE) == (True, 5)
-        monkeypatch.setenv("INFERENCE_NICE", "0")
-        assert importlib.reload(product).INFERENCE_NICE == 0
+        assert importlib.reload(product).INFERENCE_ENFORCE_EAGER is True
     finally:
         monkeypatch.undo()
         importlib.reload(product)
