@@ -14,6 +14,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 # The suite runs in development mode, as `make test` sets it, also when pytest is run directly.
 os.environ.setdefault("DEBUG", "true")
+# The engines the suite starts (its own, and those of the processes it runs) run eager: compiling
+# costs about two minutes at a first start, and the suite starts engines several times. What
+# compiling changes is measured by `make bench` (docs/benchmarks.md), not asserted here.
+os.environ.setdefault("INFERENCE_ENFORCE_EAGER", "true")
 
 from chatsite import settings as product
 from harness.processes import free_port
