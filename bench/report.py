@@ -680,6 +680,8 @@ def defaults_section(result: dict, folder: Path) -> str:
                 f"{runs(raw)}; {runs(engine)}; {runs(product)}",
             ]
         )
+    eager = result["engines"].get("product", {}).get("enforce_eager")
+    engine_mode = "" if eager is None else (" (eager)" if eager else " (compiled)")
     return "\n\n".join(
         [
             "## 8. Against vLLM with its default flags",
@@ -688,7 +690,8 @@ def defaults_section(result: dict, folder: Path) -> str:
             "with the model and an address only (`python -m vllm.entrypoints.openai.api_server --model M "
             "--served-model-name N --host H --port P`: its own block size, batch limits and scheduling, "
             "graph compilation on; the KV cache size the CPU build needs from its users, "
-            "`VLLM_CPU_KVCACHE_SPACE`, as the product's), and the product's engine with its settings. "
+            "`VLLM_CPU_KVCACHE_SPACE`, as the product's), and the product's engine with its settings"
+            f"{engine_mode}. "
             f"Chat: {result['chats']} concurrent chats of {result['max_tokens']} tokens, straight to each "
             "engine over streaming HTTP and end to end through the product's WebSocket. Bulk: the same "
             "documents summarized (the bulk jobs' instruction and temperature) straight to each engine at "
