@@ -13,14 +13,12 @@ import asyncio
 from chatsite.env import env_choice
 
 
-def use_event_loop() -> str:
-    """Make the loops this process creates WEB_EVENT_LOOP's kind; returns that kind."""
-    kind = env_choice("WEB_EVENT_LOOP", "uvloop", {"uvloop", "asyncio"})
-    if kind == "uvloop":
+def use_event_loop() -> None:
+    """Make the loops this process creates WEB_EVENT_LOOP's kind."""
+    if env_choice("WEB_EVENT_LOOP", "uvloop", {"uvloop", "asyncio"}) == "uvloop":
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return kind
 
 
 def main() -> None:

@@ -5,16 +5,8 @@ deployment stops the process at start instead of surfacing later as odd behaviou
 """
 
 import os
-import shutil
 
 from django.core.exceptions import ImproperlyConfigured
-
-
-def nvidia_driver_present() -> bool:
-    """Whether this host has an NVIDIA driver (its `nvidia-smi`): the one test of a CUDA host, for
-    the settings' defaults and the engine's environment alike."""
-    return shutil.which("nvidia-smi") is not None
-
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

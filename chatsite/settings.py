@@ -10,14 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from chatsite.env import (
-    env_bool,
-    env_choice,
-    env_float,
-    env_int,
-    env_list,
-    env_str,
-)
+from chatsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))

@@ -12,6 +12,7 @@ together when something goes wrong.
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,12 +29,16 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from chatsite.env import nvidia_driver_present
 from inference.router import replica_url
 
 
 class EngineStartError(Exception):
     pass
+
+
+def nvidia_driver_present() -> bool:
+    """Whether this host has an NVIDIA driver (its `nvidia-smi`): the one test of a CUDA host."""
+    return shutil.which("nvidia-smi") is not None
 
 
 @dataclass(frozen=True)
