@@ -25,6 +25,10 @@ from inference.engine import engine_client
 
 log = logging.getLogger(__name__)
 
+# The frames that start an answer check the login in their turn's own trip to the database (one
+# trip, not two, on the path of every answer); every other frame checks it on arrival.
+ANSWER_FRAMES = frozenset({"chat.send", "chat.edit", "chat.regenerate"})
+
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     @classmethod
@@ -123,9 +127,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             frame = protocol.decode(text_data)
             if frame["type"] not in protocol.CLIENT_FRAMES:
                 raise Refusal("unknown_type", f"unknown frame type {frame['type']!r}")
-            # A new message checks the login in its turn's own trip to the database (one trip,
-            # not two, on the path of every answer); every other frame checks it here.
-            if frame["type"] != "chat.send" and not await self._still_logged_in():
+            if frame["type"] not in ANSWER_FRAMES and not await self._still_logged_in():
                 raise socket_auth.LoggedOut
             await getattr(self, frame["type"].replace(".", "_"))(frame)
         except socket_auth.LoggedOut:
@@ -144,7 +146,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         content = protocol.content_field(frame)
         await self._start_answer(
             services.chat_turn_start,
-            still_allowed=partial(socket_auth.still_logged_in, self.user.pk, self.session_key),
             conversation_id=conversation_id,
             content=content,
             parent_id=parent_id,
@@ -162,8 +163,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._branch(services.chat_turn_edit, message_id=message_id, content=content)
 
     async def _branch(self, start_turn, *, message_id: int, **arguments) -> None:
-        await self._owned_message(message_id)
-        await self._start_answer(start_turn, message_id=message_id, **arguments)
+        # The turn's own trip checks that the message is the user's: no trip of its own first.
+        try:
+            await self._start_answer(start_turn, message_id=message_id, **arguments)
+        except Refusal as refusal:
+            if refusal.code == "not_found":
+                raise Refusal("not_found", "no such message", message=message_id) from None
+            raise
 
     async def _owned_message(self, message_id: int) -> Message:
         message = await database_sync_to_async(selectors.message_get)(user=self.user, message_id=message_id)
@@ -174,7 +180,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _start_answer(self, start_turn, **arguments) -> None:
         """Start an answer (frontend.generation.answer_start), announce it, and follow it."""
         generation = await answer_start(
-            user=self.user, engine=engine_client(), start_turn=start_turn, **arguments
+            user=self.user,
+            engine=engine_client(),
+            start_turn=start_turn,
+            still_allowed=partial(socket_auth.still_logged_in, self.user.pk, self.session_key),
+            **arguments,
         )
         turn = generation.turn
         await self.send_json(

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from websockets.exceptions import InvalidStatus
 
-from frontend.models import Message
+from frontend.models import Conversation, Message
 from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
 from tests.conftest import engine_gauge
 
@@ -166,13 +166,26 @@ def test_it_closes_a_users_sockets_when_they_may_no_longer_log_in(ws_url, origin
         assert close_code(ws) == 4401
 
 
-def test_it_refuses_the_frames_of_a_user_deactivated_behind_its_back(ws_url, origin, user):
+@pytest.mark.parametrize("kind", ["chat.send", "chat.edit", "chat.regenerate", "chat.resume"])
+def test_it_refuses_the_frames_of_a_user_deactivated_behind_its_back(ws_url, origin, user, kind):
+    # The frames that start an answer check the login in their turn's own trip, the others on arrival.
+    conversation = Conversation.objects.create(owner=user)
+    question = Message.objects.create(conversation=conversation, role="user", content="Hi")
+    answer = Message.objects.create(
+        conversation=conversation, parent=question, role="assistant", content="Hello", status="complete"
+    )
+    frame = {
+        "chat.send": {"conversation": conversation.pk, "content": "Still there?"},
+        "chat.edit": {"message": question.pk, "content": "Still there?"},
+        "chat.regenerate": {"message": answer.pk},
+        "chat.resume": {"message": answer.pk, "after": -1},
+    }[kind]
     with socket_of(logged_in(user), ws_url, origin) as ws:
         # No signal: as a change made straight in the database.
         get_user_model().objects.filter(pk=user.pk).update(is_active=False)
-        send(ws, {"type": "chat.send", "conversation": None, "content": "Still there?"})
+        send(ws, {"type": kind, **frame})
         assert close_code(ws) == 4401
-    assert not Message.objects.exists()
+    assert Message.objects.count() == 2
 
 
 def test_it_closes_a_socket_when_its_session_expires(ws_url, origin, user):

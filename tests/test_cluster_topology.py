@@ -124,6 +124,9 @@ def test_server_sent_events_pass_nginx_one_by_one(cluster):
         cluster.base + "/chat/stop", json={"message": answer.pk}, headers={"Authorization": f"Bearer {token}"}
     )
     assert stopped.status_code == 202
+    # A stop is asynchronous: the answer is stored as stopped a moment later. Waiting for it here
+    # checks the stop, and keeps that last write from racing the database flush after this test.
+    wait_for(lambda: Message.objects.get(pk=answer.pk).status == "stopped", 30, "the stopped answer stored")
 
 
 def test_the_site_keeps_answering_while_one_web_process_is_killed(cluster):
