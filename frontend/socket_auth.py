@@ -10,6 +10,7 @@ before every frame it acts on. A check fails when the session no longer logs thi
 in: gone, expired, logged out, its password hash outdated, or the user inactive.
 """
 
+import logging
 import secrets
 from datetime import datetime
 from importlib import import_module
@@ -21,6 +22,9 @@ from django.conf import settings
 from django.contrib.auth import get_user, get_user_model
 from django.contrib.sessions.backends.base import SessionBase
 from django.utils import timezone
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
 
 LOGIN_GROUP_KEY = "socket_group"
 CLOSE = {"type": "session.closed"}
@@ -79,5 +83,12 @@ def seconds_until(moment: datetime | None) -> float | None:
 
 
 def send(group: str | None, event: dict) -> None:
-    if group:
+    """Tell a group's sockets, in every web process. Without Redis, the change that asked it (a
+    logout, a new password, a user made before Redis runs, as `make run` does) still happens: no
+    socket hears it at once, and each still checks again before the next frame it acts on."""
+    if not group:
+        return
+    try:
         async_to_sync(get_channel_layer().group_send)(group, event)
+    except (RedisError, OSError):
+        log.warning("could not tell the sockets of %s to %s: Redis unavailable", group, event["type"])

@@ -15,14 +15,11 @@ class Command(BaseCommand):
             (settings.STAFF_USERNAME, settings.STAFF_PASSWORD, True),
         ]
         for username, configured, staff in accounts:
-            user, created = User.objects.get_or_create(
-                username=username, defaults={"is_staff": staff, "is_superuser": staff}
-            )
             # Unset (production mode's default): a random password, shown here once, kept nowhere.
             password = configured or secrets.token_urlsafe(16)
+            created = not User.objects.filter(username=username).exists()
             if created:
-                user.set_password(password)
-                user.save()
+                User.objects.create_user(username, password=password, is_staff=staff, is_superuser=staff)
             kind = "staff" if staff else "user"
             state = "created" if created else "exists; password unchanged"
             self.stdout.write(f"  {kind:5} {username} / {password if created else '(unchanged)'}  ({state})")
