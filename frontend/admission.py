@@ -95,11 +95,16 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
 
 async def refresh(r: aioredis.Redis, lease: Lease) -> None:
     """Extend a held slot; a process that stops refreshing loses it after CHAT_LEASE_SECONDS."""
-    expiry = time.time() + settings.CHAT_LEASE_SECONDS
     async with r.pipeline(transaction=False) as pipe:
-        pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=True)
-        pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=True)
+        refresh_in(pipe, lease)
         await pipe.execute()
+
+
+def refresh_in(pipe: aioredis.client.Pipeline, lease: Lease) -> None:
+    """`refresh`'s commands, added to a caller's pipeline."""
+    expiry = time.time() + settings.CHAT_LEASE_SECONDS
+    pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=True)
+    pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=True)
 
 
 async def hold(r: aioredis.Redis, lease: Lease) -> None:
@@ -114,9 +119,14 @@ async def hold(r: aioredis.Redis, lease: Lease) -> None:
 
 async def release(r: aioredis.Redis, lease: Lease) -> None:
     async with r.pipeline(transaction=False) as pipe:
-        pipe.zrem(keys.CHAT_ACTIVE, lease.member)
-        pipe.zrem(keys.chat_user_generations(lease.user_id), lease.member)
+        release_in(pipe, lease)
         await pipe.execute()
+
+
+def release_in(pipe: aioredis.client.Pipeline, lease: Lease) -> None:
+    """`release`'s commands, added to a caller's pipeline."""
+    pipe.zrem(keys.CHAT_ACTIVE, lease.member)
+    pipe.zrem(keys.chat_user_generations(lease.user_id), lease.member)
 
 
 async def active_count(r: aioredis.Redis) -> int:

@@ -9,7 +9,6 @@ expire CHAT_STREAM_TTL_SECONDS after their last entry.
 """
 
 import asyncio
-import weakref
 from collections.abc import AsyncIterator
 
 import orjson
@@ -112,15 +111,8 @@ async def _execute(r: aioredis.Redis, batch: list) -> list:
     return outcomes
 
 
-# Keyed by the client, which the writer does not hold: a loop's client and writer go together.
-_writers: "weakref.WeakKeyDictionary[aioredis.Redis, _FrameWriter]" = weakref.WeakKeyDictionary()
-
-
-def _writer(r: aioredis.Redis) -> _FrameWriter:
-    found = _writers.get(r)
-    if found is None:
-        found = _writers[r] = _FrameWriter()
-    return found
+# A loop's client and writer go together.
+_writer = redisconn.PerClient(_FrameWriter)
 
 
 def _xadd(client, key: str, entry_id: str, frame: dict):

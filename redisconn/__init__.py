@@ -9,7 +9,9 @@ product makes (a stream follower's XREAD, CHAT_STREAM_BLOCK_SECONDS) plus a marg
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from functools import cache
+from typing import Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
@@ -37,6 +39,24 @@ def client() -> aioredis.Redis:
     if found is None:
         found = _clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL, **_options())
     return found
+
+
+T = TypeVar("T")
+
+
+class PerClient(Generic[T]):
+    """One `make()` for each asyncio client, so for each event loop, gone with its client. What
+    `make` returns must not hold the client, or it would keep it alive."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._made: weakref.WeakKeyDictionary[aioredis.Redis, T] = weakref.WeakKeyDictionary()
+
+    def __call__(self, r: aioredis.Redis) -> T:
+        found = self._made.get(r)
+        if found is None:
+            found = self._made[r] = self._make()
+        return found
 
 
 def new_client() -> aioredis.Redis:

@@ -8,6 +8,9 @@ Rate limits are kept by the `limits` package under its own prefix, in these name
 
 # Leases of the answers generating now, scored by expiry (frontend.admission).
 CHAT_ACTIVE = "chat:generations:active"
+# Every answer's stop channel (chat_stop_channel), as a pattern: one subscription of a web
+# process hears them all (frontend.watcher).
+CHAT_STOP_CHANNELS = "chat:stop:*"
 # Per-minute chat message windows, per user id (frontend.admission).
 CHAT_MESSAGES_LIMIT = "chat-messages"
 # Changes to conversations (create, rename, delete, settings), per user id (frontend.rates).

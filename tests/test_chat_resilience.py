@@ -11,8 +11,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
+from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from frontend import consumers, services, streams
+from frontend import consumers, services, streams, watcher
 from frontend.generation import Generation
 from frontend.models import Conversation, Message
 from redisconn import client as redis_client
@@ -90,6 +92,96 @@ async def test_a_stop_left_for_an_earlier_answer_under_the_same_id_does_not_stop
     await asyncio.wait_for(generation.start(), 10)
     stored = await Message.objects.aget(pk=turn.assistant_message_id)
     assert (stored.status, stored.content) == (Message.Status.COMPLETE, "one two")
+
+
+async def hanging_answers(alice, count: int) -> list[Generation]:
+    """`count` answers started in this loop, each past its first token and then waiting."""
+    answers = []
+    for _ in range(count):
+        turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+        await streams.open_stream(redis_client(), turn.assistant_message_id)
+        generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one "], hang=True))
+        generation.start()
+        answers.append(generation)
+    assert await until(lambda: all(g.seq == 1 for g in answers), 10), "the answers did not start"
+    # Past their first heartbeat, which reads a stop sent before: any stop now must be heard.
+    alive = [keys.chat_alive(g.message_id) for g in answers]
+    for _ in range(500):
+        if await redis_client().exists(*alive) == len(alive):
+            return answers
+        await asyncio.sleep(0.01)
+    raise AssertionError("the answers' heartbeats did not start")
+
+
+async def pattern_subscriptions() -> int:
+    return await redis_client().execute_command("PUBSUB", "NUMPAT")
+
+
+async def test_the_answers_of_a_process_hear_stops_from_other_processes_on_one_subscription(alice):
+    before = await pattern_subscriptions()
+    answers = await hanging_answers(alice, 3)
+    # One subscription for the three (each answer's own cost a Redis connection each).
+    assert await pattern_subscriptions() == before + 1
+    # Another process's stop: a message on the answer's channel, with no key left behind.
+    await redis_client().publish(keys.chat_stop_channel(answers[1].message_id), "user")
+    done, _ = await asyncio.wait([answers[1].task], timeout=10)
+    assert done, "the published stop was not heard"
+    assert not answers[0].task.done() and not answers[2].task.done()
+    for generation in (answers[0], answers[2]):
+        generation.stop()
+    await asyncio.wait([answers[0].task, answers[2].task], timeout=10)
+    # No answer left to hear: the subscription is given back.
+    for _ in range(200):
+        if await pattern_subscriptions() == before:
+            break
+        await asyncio.sleep(0.05)
+    assert await pattern_subscriptions() == before
+    statuses = [m.status async for m in Message.objects.filter(role="assistant").order_by("pk")]
+    assert statuses == [Message.Status.STOPPED] * 3
+
+
+async def test_a_stop_sent_while_the_subscription_was_lost_is_heard_when_it_is_back(alice, monkeypatch):
+    (generation,) = await hanging_answers(alice, 1)
+    r = redis_client()
+    read = PubSub.get_message
+    lost = asyncio.Event()
+
+    async def stop_then_lose_the_connection(self, *args, **kwargs):
+        if lost.is_set():
+            return await read(self, *args, **kwargs)
+        lost.set()
+        # Another process's stop, then the subscription's connection fails before it is read.
+        await streams.request_stop(r, generation.message_id)
+        raise RedisConnectionError("connection lost")
+
+    monkeypatch.setattr(PubSub, "get_message", stop_then_lose_the_connection)
+    done, _ = await asyncio.wait([generation.task], timeout=15)
+    assert lost.is_set() and done, "the stop sent while the subscription was lost was not heard"
+    stored = await Message.objects.aget(pk=generation.message_id)
+    assert stored.status == Message.Status.STOPPED
+
+
+async def test_a_subscription_that_goes_quiet_is_made_again_and_hears_the_stop_it_missed(alice, monkeypatch):
+    monkeypatch.setattr(watcher, "PING_SECONDS", 0.2)
+    (generation,) = await hanging_answers(alice, 1)
+    handle, subscribe = PubSub.handle_message, PubSub.psubscribe
+    cut = asyncio.Event()
+
+    async def nothing_arrives(self, *args, **kwargs):
+        # A connection cut without a reset: silence, the replies to its pings included.
+        return None if cut.is_set() else await handle(self, *args, **kwargs)
+
+    async def subscribe_on_a_new_connection(self, *args, **kwargs):
+        cut.clear()
+        return await subscribe(self, *args, **kwargs)
+
+    monkeypatch.setattr(PubSub, "handle_message", nothing_arrives)
+    monkeypatch.setattr(PubSub, "psubscribe", subscribe_on_a_new_connection)
+    cut.set()
+    await streams.request_stop(redis_client(), generation.message_id)  # published into the silence
+    done, _ = await asyncio.wait([generation.task], timeout=15)
+    assert done, "the quiet subscription was not made again"
+    assert not cut.is_set()
 
 
 async def test_it_stops_an_answer_from_another_tab_and_keeps_the_partial_text(alice, monkeypatch):
