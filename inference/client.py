@@ -208,6 +208,12 @@ class ChunkReader:
         )
 
 
+# vLLM's API server closes a connection left idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and a
+# request sent on one just as the server closes it fails ("not reachable"), with no retry (a
+# retried stream would generate its answer twice). The clients drop idle connections well before.
+KEEPALIVE_SECONDS = 2.0
+
+
 class OpenAIEngineClient:
     def __init__(
         self,
@@ -222,7 +228,9 @@ class OpenAIEngineClient:
         # The read timeout bounds the wait for each streamed chunk. No retries: a
         # retried stream would generate the answer a second time.
         timeout = httpx.Timeout(token_timeout, connect=connect_timeout)
-        self._http = httpx.AsyncClient(base_url=self._base_url, timeout=timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)
+        )
         # Learnt at the first load(): an engine, not a router in front of several.
         self._plain_engine = False
         self._stream_timeout = aiohttp.ClientTimeout(
@@ -239,7 +247,7 @@ class OpenAIEngineClient:
             for ended in [other for other in self._sessions if other.is_closed()]:
                 del self._sessions[ended]
             # As many streams as admission lets through: it, not the pool, bounds them.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS)
             session = aiohttp.ClientSession(
                 connector=connector, timeout=self._stream_timeout, auto_decompress=False
             )

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from inference import client as client_module
 from inference.client import ChatRequest, ChunkReader, Completion, EngineError, OpenAIEngineClient, TextDelta
 
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
@@ -62,6 +63,52 @@ async def test_it_sends_the_conversation_as_the_routers_session_key_with_the_req
     assert (body["priority"], body["cache_salt"]) == (3, "salt")
     # Without an affinity the router may send the request anywhere.
     assert "x-session-id" not in plain_headers and "x-request-id" not in plain_headers
+
+
+async def test_it_never_sends_a_request_on_a_connection_the_engine_may_be_closing(monkeypatch):
+    """An engine closes a connection idle past its keep-alive (vLLM: 5 s), and a request that
+    meets the close fails. This one closes any connection that a request reaches after more
+    than the client's own keep-alive of idleness: the client must have opened a new one."""
+    monkeypatch.setattr(client_module, "KEEPALIVE_SECONDS", 0.3)
+    payload = f"data: {json.dumps({**CHUNK, 'choices': [{'index': 0, 'delta': {'content': 'hi'}}]})}\n\n"
+    payload += "data: [DONE]\n\n"
+    connections = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        idle_since = None
+        loop = asyncio.get_running_loop()
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            if idle_since is not None and loop.time() - idle_since > 0.3:
+                writer.close()  # closing it for idleness just as the request arrives
+                return
+            length = next(
+                int(line.split(b": ")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            )
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                + f"Content-Length: {len(payload)}\r\n\r\n{payload}".encode()
+            )
+            await writer.drain()
+            idle_since = loop.time()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    engine = OpenAIEngineClient(
+        f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", "m", connect_timeout=2, token_timeout=10
+    )
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+    try:
+        first = [event async for event in engine.stream_chat(request)]
+        await asyncio.sleep(0.6)
+        second = [event async for event in engine.stream_chat(request)]
+    finally:
+        await engine.aclose()
+        server.close()
+    assert first[0] == second[0] == TextDelta("hi")
+    assert len(connections) == 2
 
 
 def chunk(content: str | None = None, finish: str | None = None) -> bytes:
