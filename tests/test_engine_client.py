@@ -69,7 +69,8 @@ async def test_it_never_sends_a_request_on_a_connection_the_engine_may_be_closin
     """An engine closes a connection idle past its keep-alive (vLLM: 5 s), and a request that
     meets the close fails. This one closes any connection that a request reaches after more
     than the client's own keep-alive of idleness: the client must have opened a new one."""
-    monkeypatch.setattr(client_module, "KEEPALIVE_SECONDS", 0.3)
+    keepalive = 0.3  # the client's, and the idleness past which this engine closes a connection
+    monkeypatch.setattr(client_module, "KEEPALIVE_SECONDS", keepalive)
     payload = f"data: {json.dumps({**CHUNK, 'choices': [{'index': 0, 'delta': {'content': 'hi'}}]})}\n\n"
     payload += "data: [DONE]\n\n"
     connections = []
@@ -79,7 +80,7 @@ async def test_it_never_sends_a_request_on_a_connection_the_engine_may_be_closin
         idle_since = None
         loop = asyncio.get_running_loop()
         while head := await reader.readuntil(b"\r\n\r\n"):
-            if idle_since is not None and loop.time() - idle_since > 0.3:
+            if idle_since is not None and loop.time() - idle_since > keepalive:
                 writer.close()  # closing it for idleness just as the request arrives
                 return
             length = next(
@@ -102,7 +103,7 @@ async def test_it_never_sends_a_request_on_a_connection_the_engine_may_be_closin
     request = ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
     try:
         first = [event async for event in engine.stream_chat(request)]
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(2 * keepalive)
         second = [event async for event in engine.stream_chat(request)]
     finally:
         await engine.aclose()
