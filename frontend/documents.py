@@ -2,6 +2,10 @@
 their limits), counted by the engine, and kept only if they fit the context window with room for
 the answer and a question. Never truncated: one that does not fit is refused with the numbers.
 
+Nothing is parsed in the web process: every attachment's text is read in the bounded child process
+(documents.reader) that this process awaits, and the file itself is read off the database's thread,
+so one hostile file costs its sender a refusal and every other chat nothing.
+
 Their text opens every turn's prompt right after the system prompt (selectors.preamble), so the
 engine's prefix cache serves it from the second turn on, as `chat.done`'s cached tokens show."""
 
@@ -12,30 +16,31 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 
+from documents import FORMATS
+from documents.reader import document_text
+from documents.text import DocumentError
 from frontend import selectors
 from frontend.models import ConversationDocument
 from frontend.protocol import Refusal
 from inference.client import EngineClient, EngineError
-from jobs.ingest import DocumentError, Limits, UploadRejected, documents_from_files
-from jobs.pdfread import pdf_text
+from jobs.ingest import Limits
 
-SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm", ".pdf"}
 # Left free beside the documents and the answer, for the question of the turn.
 QUESTION_ROOM = 256
 
 
-def _read(upload: UploadedFile) -> tuple[str, str | None, bytes | None]:
-    """(name, text, or the bytes of a PDF to read), or Refusal for a file that cannot be a document."""
+def _read(upload: UploadedFile) -> tuple[str, bytes, str]:
+    """(name, bytes, format) of an attachment within the file limit, or Refusal. Nothing is parsed here."""
     name = PurePosixPath(upload.name or "document").name
-    if PurePosixPath(name).suffix.lower() not in SUFFIXES:
+    format = FORMATS.get(PurePosixPath(name).suffix.lower())
+    if format is None:
         raise Refusal("invalid_field", f"{name}: attach a .txt, .md, .html or .pdf file")
-    try:
-        [document] = documents_from_files([upload], Limits.from_settings())
-    except UploadRejected as exc:
-        raise Refusal("too_large", str(exc)) from None
-    if document.error:
-        raise Refusal("invalid_field", f"{name}: {document.error}")
-    return name, document.text or None, document.pdf
+    limit = Limits.from_settings().file_bytes
+    upload.seek(0)
+    data = upload.read(limit + 1)
+    if len(data) > limit:
+        raise Refusal("too_large", f"{name} is larger than the {limit / (1024 * 1024):.1f} MiB file limit.")
+    return name, data, format
 
 
 async def document_attach(
@@ -45,12 +50,12 @@ async def document_attach(
     conversation = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     if conversation is None:
         raise Refusal("not_found", "no such conversation")
-    name, text, pdf = await sync_to_async(_read)(upload)
-    if pdf is not None:
-        try:
-            text = await pdf_text(pdf, settings.BULK_PDF_TIMEOUT)
-        except DocumentError as exc:
-            raise Refusal("invalid_field", f"{name}: {exc}") from None
+    # Off the database's thread: every chat of this process waits on that one.
+    name, data, format = await sync_to_async(_read, thread_sensitive=False)(upload)
+    try:
+        text = await document_text(data, format)
+    except DocumentError as exc:
+        raise Refusal("invalid_field", f"{name}: {exc}") from None
     attached = await sync_to_async(lambda: list(conversation.documents.values_list("name", "text")))()
     before = selectors.preamble(conversation.system_prompt, attached)
     after = selectors.preamble(conversation.system_prompt, [*attached, (name, text)])

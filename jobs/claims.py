@@ -27,7 +27,9 @@ class Claim:
     document_id: int
     external_id: str
     text: str
-    pdf: bytes | None
+    # An HTML or PDF file's bytes until its text is read (documents.reader), and their format.
+    source: bytes | None
+    format: str
     attempt: int
 
 
@@ -95,7 +97,9 @@ def document_claim(*, job_id: int, worker: str) -> Claim | None:
         document.lease_until = now + timedelta(seconds=settings.BULK_TASK_TIME_LIMIT)
         document.save(update_fields=["status", "attempts", "claimed_by", "lease_until"])
         source = bytes(document.source) if document.source is not None else None
-        return Claim(document.pk, document.external_id, document.text, source, document.attempts)
+        return Claim(
+            document.pk, document.external_id, document.text, source, document.format, document.attempts
+        )
 
 
 def document_set_text(*, document_id: int, text: str) -> None:

@@ -4,31 +4,28 @@ Limits are checked before content is read into memory: a file's declared size, a
 zip's member count and uncompressed sizes from its directory, and every read is
 bounded again in case a header lies. A problem with the whole upload raises
 `UploadRejected`; a problem with one document (empty, binary, unsupported) becomes
-that document's error and the others go on. PDFs are kept as bytes and read by the
-worker under a time limit (jobs/pdftext.py), never in the web process.
+that document's error and the others go on. HTML and PDF files are kept as bytes and
+read by the worker in a bounded child process (documents/), never in the web process.
 
 Why one module of about 300 lines: every format goes through the same bounded reads and the
 same limits, which are the security-relevant part; splitting by format would spread them.
 """
 
-import codecs
 import csv
 import io
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import PurePosixPath
 
-import charset_normalizer
 from django.conf import settings
 from django.core.files import File
 
+from documents import FORMATS
+from documents.text import DocumentError, clean, decode_text
 from frontend.protocol import Refusal, parse_json
 
-TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
-HTML_SUFFIXES = {".html", ".htm"}
-SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".pdf", ".zip", ".jsonl", ".csv"}
+SUFFIXES = set(FORMATS) | {".zip", ".jsonl", ".csv"}
 ID_COLUMNS = ("id", "custom_id")
 TEXT_COLUMNS = ("text", "content", "body")
 
@@ -37,15 +34,13 @@ class UploadRejected(Exception):
     """The upload as a whole is refused; the message says why and is shown to the submitter."""
 
 
-class DocumentError(Exception):
-    """One document cannot be summarized; the message becomes its error."""
-
-
 @dataclass(frozen=True)
 class DocumentInput:
     external_id: str
     text: str = ""
-    pdf: bytes | None = None
+    # A file read later in a bounded child process (documents.reader): its bytes and format.
+    source: bytes | None = None
+    format: str = "text"
     error: str = ""
 
 
@@ -70,83 +65,6 @@ def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
 
-def decode_text(data: bytes) -> str:
-    """Text of `data` as valid UTF-8: detected encoding, undecodable bytes replaced."""
-    if not data.strip():
-        raise DocumentError("The file is empty.")
-    for bom, encoding in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
-                          (codecs.BOM_UTF16_BE, "utf-16")):  # fmt: skip
-        if data.startswith(bom):
-            return _clean(data.decode(encoding, errors="replace"))
-    if b"\x00" in data[:8192]:
-        raise DocumentError("The file is binary, not text.")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode(_guess_encoding(data), errors="replace")
-    return _clean(text)
-
-
-def _guess_encoding(data: bytes) -> str:
-    matches = list(charset_normalizer.from_bytes(data))
-    if not matches:
-        raise DocumentError("The file is binary, not text.")
-    # Short Western text is ambiguous between the Latin code pages; the most common one wins a near tie.
-    western = next((m for m in matches if m.encoding == "cp1252"), None)
-    if western is not None and western.chaos <= matches[0].chaos + 0.1:
-        return western.encoding
-    return matches[0].encoding
-
-
-def _clean(text: str) -> str:
-    sample = text[:8192]
-    controls = sum(1 for c in sample if c < " " and c not in "\n\r\t\f")
-    if sample and controls / len(sample) > 0.1:
-        raise DocumentError("The file is binary, not text.")
-    # PostgreSQL text cannot hold NUL; lone surrogates are not valid UTF-8.
-    text = text.replace("\x00", "").encode("utf-8", errors="replace").decode("utf-8")
-    if not text.strip():
-        raise DocumentError("The file is empty.")
-    return text
-
-
-class _HTMLText(HTMLParser):
-    BLOCKS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article"}
-    SKIP = {"script", "style", "head", "template", "noscript"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self._skipping = 0
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self.SKIP:
-            self._skipping += 1
-        elif tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag):
-        if tag in self.SKIP and self._skipping:
-            self._skipping -= 1
-        elif tag in self.BLOCKS:
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if not self._skipping:
-            self.parts.append(data)
-
-
-def html_text(markup: str) -> str:
-    parser = _HTMLText()
-    parser.feed(markup)
-    parser.close()
-    lines = (" ".join(line.split()) for line in "".join(parser.parts).splitlines())
-    text = "\n".join(line for line in lines if line)
-    if not text:
-        raise DocumentError("The HTML has no text.")
-    return text
-
-
 def _read_bounded(stream, limit: int, what: str) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
@@ -156,16 +74,15 @@ def _read_bounded(stream, limit: int, what: str) -> bytes:
 
 def _document(name: str, data: bytes) -> DocumentInput:
     suffix = PurePosixPath(name).suffix.lower()
+    format = FORMATS.get(suffix)
     try:
-        if suffix in TEXT_SUFFIXES:
+        if format == "text":
             return DocumentInput(name, text=decode_text(data))
-        if suffix in HTML_SUFFIXES:
-            return DocumentInput(name, text=html_text(decode_text(data)))
-        if suffix == ".pdf":
-            if not data.lstrip().startswith(b"%PDF-"):
-                raise DocumentError("The file is not a PDF.")
-            return DocumentInput(name, pdf=data)
-        raise DocumentError(f"Unsupported file type {suffix or '(none)'!r} inside the archive.")
+        if format is None:
+            raise DocumentError(f"Unsupported file type {suffix or '(none)'!r} inside the archive.")
+        if format == "pdf" and not data.lstrip().startswith(b"%PDF-"):
+            raise DocumentError("The file is not a PDF.")
+        return DocumentInput(name, source=data, format=format)
     except DocumentError as exc:
         return DocumentInput(name, error=str(exc))
 
@@ -239,7 +156,7 @@ def _record(name: str, where: str, record_id, text) -> DocumentInput:
         raise UploadRejected(f"{name}, {where}: the text is missing or not a string.")
     record_id = str(record_id).strip()
     try:
-        return DocumentInput(record_id, text=_clean(text))
+        return DocumentInput(record_id, text=clean(text))
     except DocumentError as exc:
         return DocumentInput(record_id, error=str(exc))
 
@@ -329,7 +246,7 @@ def _checked(uploads: list[File], limits: Limits) -> Iterator[DocumentInput]:
     expanded = 0
     for upload in uploads:
         for document in _file_documents(upload, limits):
-            expanded += len(document.text) + len(document.pdf or b"")
+            expanded += len(document.text) + len(document.source or b"")
             if expanded > limits.uncompressed_bytes:
                 raise UploadRejected(f"The upload expands to more than {_mib(limits.uncompressed_bytes)}.")
             if len(seen) >= limits.documents:

@@ -55,6 +55,7 @@ class Document(models.Model):
 
     class Format(models.TextChoices):
         TEXT = "text"
+        HTML = "html"
         PDF = "pdf"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="documents")
@@ -62,7 +63,7 @@ class Document(models.Model):
     external_id = models.CharField(max_length=500)
     format = models.CharField(max_length=8, choices=Format.choices, default=Format.TEXT)
     text = models.TextField(blank=True)
-    # The raw bytes of a PDF until the worker extracts its text (under a time limit).
+    # The raw bytes of an HTML or PDF file until the worker extracts its text (documents.reader).
     source = models.BinaryField(null=True, blank=True, editable=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)

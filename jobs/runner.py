@@ -26,12 +26,12 @@ from django.conf import settings
 from django.utils import timezone
 
 import redisconn
+from documents.reader import document_text
+from documents.text import DocumentError
 from inference.client import EngineClient, EngineError
 from inference.engine import new_engine_client
 from jobs import claims, selectors
-from jobs.ingest import DocumentError
 from jobs.models import Job
-from jobs.pdfread import pdf_text
 from jobs.shaping import LoadProbe, Shaper
 from jobs.summarize import Summarizer, cache_salt_for_owner
 from redisconn import keys
@@ -204,8 +204,8 @@ class JobRunner:
         started = time.monotonic()
         try:
             text = claim.text
-            if not text and claim.pdf is not None:
-                text = await pdf_text(claim.pdf, settings.BULK_PDF_TIMEOUT)
+            if not text and claim.source is not None:
+                text = await document_text(claim.source, claim.format)
                 await database_sync_to_async(claims.document_set_text)(
                     document_id=claim.document_id, text=text
                 )

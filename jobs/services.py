@@ -86,15 +86,15 @@ def job_create(
             Document(
                 job=job,
                 external_id=d.external_id[:500],
-                format=Document.Format.PDF if d.pdf is not None else Document.Format.TEXT,
+                format=d.format,
                 text=d.text,
-                source=d.pdf,
+                source=d.source,
                 status=Document.Status.FAILED if d.error else Document.Status.PENDING,
                 error=d.error,
                 finished_at=now if d.error else None,
             )
         )
-        size += len(d.text) + len(d.pdf or b"")
+        size += len(d.text) + len(d.source or b"")
         if size >= STORE_BATCH_BYTES or len(batch) >= STORE_BATCH_DOCUMENTS:
             stored += len(Document.objects.bulk_create(batch))
             batch, size = [], 0

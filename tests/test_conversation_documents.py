@@ -153,3 +153,46 @@ def test_the_engines_prefix_cache_serves_an_attached_document_from_the_second_tu
     assert usages[0]["prompt_tokens"] > tokens
     # The second turn's prompt opens with the same system message and document: served from cache.
     assert usages[1]["cached_tokens"] >= tokens
+
+
+def test_a_hostile_html_attachment_is_refused_clearly_and_other_chats_wait_for_nothing(product_server):
+    """`<a<a<a…` made the standard library's parser quadratic: 64 KB stalled the web process for
+    seconds and every chat it served with it; 10 MiB would have taken a day. It is read in the
+    bounded child process now, and the web process only awaits it."""
+    import threading
+    import time
+
+    import httpx
+
+    from tests.chat_client import session_cookie
+
+    user = get_user_model().objects.create_user("hal", password="pw-hal-123456")
+    conversation = services.conversation_create(user=user)
+    cookies = {"sessionid": session_cookie(user), "csrftoken": "t" * 32}
+    headers = {"X-CSRFToken": "t" * 32, "Referer": product_server + "/"}
+    payload = b"<html><body>" + b"<a" * (4 * 1024 * 1024)
+    outcome = {}
+
+    def upload() -> None:
+        with httpx.Client(base_url=product_server, cookies=cookies, headers=headers, timeout=120) as client:
+            outcome["response"] = client.post(
+                f"/c/{conversation.pk}/documents", files={"file": ("page.html", payload, "text/html")}
+            )
+
+    uploading = threading.Thread(target=upload)
+    uploading.start()
+    slowest = 0.0
+    with httpx.Client(base_url=product_server, timeout=30) as other:
+        while uploading.is_alive():
+            started = time.monotonic()
+            assert other.get("/healthz/live").status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.02)
+    uploading.join()
+    response = outcome["response"]
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_field")
+    assert response.json()["error"]["detail"] == "page.html: The HTML has no text."
+    # Another client's probe is answered in its usual time throughout (5 ms idle; the old parse of
+    # 64 KB alone held it 200 ms, and this file is 128 times that).
+    assert slowest < 1.0, slowest
+    assert not ConversationDocument.objects.exists()

@@ -29,22 +29,19 @@ def zipped(members: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def test_it_reads_text_markdown_and_html():
+HTML = b"<html><head><style>p{}</style><script>x()</script></head><body><p>Hello &amp; bye"
+
+
+def test_it_reads_text_and_markdown_and_keeps_html_for_the_child_process():
     docs = read_all(
-        [
-            upload("a.txt", b"Plain text."),
-            upload("b.md", b"# Title\n\nBody."),
-            upload(
-                "c.html", b"<html><head><style>p{}</style><script>x()</script></head><body><p>Hello &amp; bye"
-            ),
-        ],
-        LIMITS,
+        [upload("a.txt", b"Plain text."), upload("b.md", b"# Title\n\nBody."), upload("c.html", HTML)]
     )
     assert [(d.external_id, d.text, d.error) for d in docs] == [
         ("a.txt", "Plain text.", ""),
         ("b.md", "# Title\n\nBody.", ""),
-        ("c.html", "Hello & bye", ""),
+        ("c.html", "", ""),
     ]
+    assert (docs[2].source, docs[2].format) == (HTML, "html")
 
 
 def test_it_decodes_non_utf8_text_and_stores_valid_utf8():
@@ -71,7 +68,7 @@ def test_it_marks_empty_and_binary_files_as_failed_documents():
 
 def test_it_keeps_pdf_bytes_for_the_worker_and_refuses_fake_pdfs():
     pdf, fake = read_all([upload("a.pdf", b"%PDF-1.4 ..."), upload("b.pdf", b"hello")], LIMITS)
-    assert pdf.pdf == b"%PDF-1.4 ..." and pdf.error == ""
+    assert (pdf.source, pdf.format, pdf.error) == (b"%PDF-1.4 ...", "pdf", "")
     assert fake.error == "The file is not a PDF."
 
 
@@ -80,9 +77,9 @@ def test_it_reads_a_zip_of_documents_and_reports_bad_members():
         {"one.txt": b"first", "dir/two.html": b"<p>second</p>", "three.exe": b"MZ", "four.txt": b""}
     )
     docs = read_all([upload("batch.zip", data)], LIMITS)
-    assert [(d.external_id, d.text) for d in docs if not d.error] == [
-        ("one.txt", "first"),
-        ("dir/two.html", "second"),
+    assert [(d.external_id, d.text, d.source) for d in docs if not d.error] == [
+        ("one.txt", "first", None),
+        ("dir/two.html", "", b"<p>second</p>"),
     ]
     errors = {d.external_id: d.error for d in docs if d.error}
     assert "Unsupported file type" in errors["three.exe"]

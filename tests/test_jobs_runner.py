@@ -8,11 +8,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 
+from documents.text import DocumentError
 from inference.client import EngineError
 from jobs import services
-from jobs.ingest import DocumentError
 from jobs.models import Document, Job, Result
-from jobs.runner import pdf_text, run_job
+from jobs.runner import document_text, run_job
 from jobs.shaping import Shaper
 from redisconn.keys import CHAT_ACTIVE
 from tests.fake_engine import FakeEngine
@@ -152,6 +152,9 @@ async def test_it_stops_claiming_at_its_deadline_and_asks_to_continue():
 
 
 async def test_it_reads_pdf_text_in_a_child_process_and_reports_bad_pdfs():
+    def pdf_text(data: bytes, seconds: float):
+        return document_text(data, "pdf", seconds=seconds)
+
     assert "Quarterly revenue grew" in await pdf_text(pdf_with_text("Quarterly revenue grew by 4%."), 30)
     with pytest.raises(DocumentError, match="could not be read"):
         await pdf_text(
@@ -161,6 +164,8 @@ async def test_it_reads_pdf_text_in_a_child_process_and_reports_bad_pdfs():
         await pdf_text(pdf_with_text("slow"), 0.001)
     with pytest.raises(DocumentError, match="no extractable text"):
         await pdf_text(pdf_with_text(""), 30)
+    with pytest.raises(DocumentError, match="not a PDF"):
+        await pdf_text(b"hello", 30)
 
 
 async def test_it_fails_an_unreadable_pdf_alone_and_the_job_ends_partial():
@@ -173,6 +178,16 @@ async def test_it_fails_an_unreadable_pdf_alone_and_the_job_ends_partial():
     assert job.status == Job.Status.PARTIAL
     hostile = await Document.objects.aget(job=job, external_id="hostile.pdf")
     assert hostile.status == "failed" and "PDF" in hostile.error and hostile.attempts == 1
+
+
+async def test_it_reads_an_html_document_in_the_child_process_and_stores_its_text():
+    job = await aqueued_job(documents(1))
+    await sync_to_async(Document.objects.create)(
+        job=job, external_id="page.html", format="html", source=b"<p>Tide tables<script>x()</script>"
+    )
+    assert await run_job(job_id=job.pk, worker="test/1", seconds=30, engine=FakeEngine(delay=0)) == "finished"
+    page = await Document.objects.aget(job=job, external_id="page.html")
+    assert (page.status, page.text) == ("done", "Tide tables")
 
 
 async def test_it_leaves_a_job_to_the_runner_that_holds_it(settings):

@@ -1,7 +1,8 @@
-"""Reading a PDF's text without trusting it: the parse runs in a child process (jobs.pdftext) with
-a memory limit, a CPU-time limit and an empty environment (no SECRET_KEY, no DATABASE_URL), under a
-wall-clock timeout; its output is read as it comes and cut off at a bound, so neither a parser loop,
-a decompression bomb nor a flood of text reaches the worker."""
+"""Reading a document's text without trusting it: the parse runs in a child process (documents.child)
+with a memory limit, a CPU-time limit and an empty environment (no SECRET_KEY, no DATABASE_URL),
+under a wall-clock timeout; its output is read as it comes and cut off at a bound, so neither a
+parser loop, a decompression bomb, a quadratic parse nor a flood of text reaches the web process or
+the worker, which only await it."""
 
 import asyncio
 import math
@@ -10,10 +11,10 @@ import sys
 
 from django.conf import settings
 
-from jobs.ingest import DocumentError, decode_text
+from documents.text import DocumentError
 
 # The child module; tests swap in a probe that misbehaves on purpose.
-CHILD = "jobs.pdftext"
+CHILD = "documents.child"
 STDERR_BYTES = 64 * 1024
 # Enough for the interpreter to start and decode UTF-8 whatever the host's locale; nothing secret.
 CHILD_ENVIRONMENT = {"PYTHONUTF8": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -50,9 +51,12 @@ async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
         pass  # the child stopped reading: its exit status says why
 
 
-async def pdf_text(data: bytes, seconds: float, *, cpu_seconds: float | None = None) -> str:
-    """Text of a PDF, parsed in a child process killed after `seconds` of wall clock or
-    `cpu_seconds` (BULK_PDF_CPU_SECONDS) of CPU time; DocumentError says why it failed."""
+async def document_text(data: bytes, format: str, *, seconds: float | None = None,
+                        cpu_seconds: float | None = None) -> str:  # fmt: skip
+    """Text of a document (`format`: text, html or pdf), read in a child process killed after
+    `seconds` (BULK_PDF_TIMEOUT) of wall clock or `cpu_seconds` (BULK_PDF_CPU_SECONDS) of CPU
+    time; DocumentError says why it failed."""
+    seconds = settings.BULK_PDF_TIMEOUT if seconds is None else seconds
     cpu = math.ceil(cpu_seconds if cpu_seconds is not None else settings.BULK_PDF_CPU_SECONDS)
     limit = settings.BULK_MAX_FILE_BYTES * 4
     process = await asyncio.create_subprocess_exec(
@@ -61,6 +65,8 @@ async def pdf_text(data: bytes, seconds: float, *, cpu_seconds: float | None = N
         CHILD,
         "--cpu-seconds",
         str(cpu),
+        "--format",
+        format,
         cwd=str(settings.BASE_DIR),
         env=CHILD_ENVIRONMENT,
         stdin=asyncio.subprocess.PIPE,
@@ -77,9 +83,9 @@ async def pdf_text(data: bytes, seconds: float, *, cpu_seconds: float | None = N
             _, out, err = await asyncio.gather(*io)
             await process.wait()
     except TimeoutError:
-        raise DocumentError(f"Reading the PDF took longer than {seconds:g} s.") from None
+        raise DocumentError(f"Reading the document took longer than {seconds:g} s.") from None
     except TooMuchOutput:
-        raise DocumentError("The PDF's text is larger than the file limit allows.") from None
+        raise DocumentError("The document's text is larger than the file limit allows.") from None
     finally:
         # A failed read leaves the others running: end them before the pipes are read to their end.
         for task in io:
@@ -92,13 +98,13 @@ async def pdf_text(data: bytes, seconds: float, *, cpu_seconds: float | None = N
             await asyncio.gather(_discard(process.stdout), _discard(process.stderr))
             await process.wait()
     if process.returncode == -signal.SIGXCPU:
-        raise DocumentError(f"Reading the PDF used more than {cpu} s of CPU time.")
+        raise DocumentError(f"Reading the document used more than {cpu} s of CPU time.")
     if process.returncode == -signal.SIGKILL:
-        raise DocumentError("Reading the PDF was stopped by a resource limit.")
+        raise DocumentError("Reading the document was stopped by a resource limit.")
     if process.returncode != 0:
         reason = err.decode("utf-8", "replace").strip().splitlines()
-        raise DocumentError(reason[-1] if reason else f"Reading the PDF failed (exit {process.returncode}).")
-    try:
-        return decode_text(out)
-    except DocumentError:
-        raise DocumentError("The PDF has no extractable text (scanned pages?).") from None
+        raise DocumentError(
+            reason[-1] if reason else f"Reading the document failed (exit {process.returncode})."
+        )
+    # The child wrote UTF-8 (PYTHONUTF8) of text it checked.
+    return out.decode("utf-8", "replace")

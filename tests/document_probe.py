@@ -1,12 +1,12 @@
-"""A stand-in for jobs.pdftext that misbehaves on purpose, under the real child's limits
-(jobs.pdftext.apply_limits): stdin says what to do."""
+"""A stand-in for documents.child that misbehaves on purpose, under the real child's limits
+(documents.child.apply_limits): stdin says what to do."""
 
 import json
 import os
 import resource
 import sys
 
-from jobs.pdftext import apply_limits
+from documents.child import apply_limits
 
 apply_limits(sys.argv[1:])
 order = sys.stdin.read()
