@@ -143,6 +143,42 @@ def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
     assert value(figures, "chat_websocket_connections") == 0
 
 
+def test_a_killed_process_leaves_the_live_gauges_at_the_next_scrape(tmp_path):
+    """A web process killed mid-answer (SIGKILL: no exit hook runs) left "Active answers 1" on the
+    dashboard for as long as nothing restarted the site."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
+    busy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import django, sys, time\ndjango.setup()\nfrom frontend import metrics\n"
+            "metrics.generation_started()\nmetrics.websocket_opened()\nprint('up', flush=True)\ntime.sleep(600)",
+        ],
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    reader = (
+        "import django\ndjango.setup()\nimport sys\nfrom monitoring.metrics import render\n"
+        "sys.stdout.write(render()[0].decode())"
+    )
+
+    def scraped() -> dict:
+        command = [sys.executable, "-c", reader]
+        return values(subprocess.run(command, env=_env(env), check=True, timeout=60, capture_output=True,
+                                     text=True).stdout)  # fmt: skip
+
+    try:
+        assert busy.stdout.readline().strip() == "up"
+        assert value(scraped(), "chat_active_generations") == 1
+    finally:
+        busy.kill()
+        busy.wait(10)
+    after = scraped()
+    assert value(after, "chat_active_generations") == 0
+    assert value(after, "chat_websocket_connections") == 0
+
+
 def _env(extra: dict) -> dict:
     import os
 
