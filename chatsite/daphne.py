@@ -6,9 +6,14 @@ token an answer relays wakes the loop several times (the engine's stream, Redis,
 socket), and uvloop's libuv loop spends less of the web process's CPU on each wake-up than
 asyncio's own selector loop (docs/benchmarks.md, section 5). WEB_EVENT_LOOP=asyncio keeps
 asyncio's loop.
+
+Its server is daphne's with the answers' part in it (answers/): once running, it scans for answers
+to take over, and SIGTERM drains it (answers.drain) instead of stopping it at once; a second
+SIGTERM, or SIGINT, stops it at once.
 """
 
 import asyncio
+import signal
 
 from chatsite.env import env_choice
 
@@ -21,10 +26,52 @@ def use_event_loop() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def server_class():
+    """daphne's Server, draining on SIGTERM and taking over answers while it serves."""
+    from daphne.server import Server, reactor
+
+    class AnswersServer(Server):
+        def run(self) -> None:
+            self.ports = []
+            self.draining = None
+            reactor.callWhenRunning(self.serve_answers)
+            super().run()
+
+        def listen_success(self, port) -> None:
+            self.ports.append(port)
+            super().listen_success(port)
+
+        def serve_answers(self) -> None:
+            from answers.takeover import keep_scanning
+            from inference.engine import engine_client
+
+            loop = asyncio.get_event_loop()
+            self.scanning_stopped = asyncio.Event()
+            self.scanning = loop.create_task(keep_scanning(engine_client(), self.scanning_stopped))
+            signal.signal(signal.SIGTERM, lambda *_: loop.call_soon_threadsafe(self.drain))
+
+        def drain(self) -> None:
+            from django.conf import settings
+
+            from answers.drain import drain
+
+            if self.draining is not None:  # asked again: stop now
+                self.stop()
+                return
+            for port in self.ports:
+                port.stopListening()
+            self.scanning_stopped.set()
+            self.draining = asyncio.get_event_loop().create_task(drain(settings.WEB_DRAIN_SECONDS))
+            self.draining.add_done_callback(lambda _: self.stop())
+
+    return AnswersServer
+
+
 def main() -> None:
     use_event_loop()
     from daphne.cli import CommandLineInterface
 
+    CommandLineInterface.server_class = server_class()
     CommandLineInterface.entrypoint()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from answers import drain
 from chatsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -289,7 +290,18 @@ CHAT_MAX_SOCKETS_PER_USER = env_int("CHAT_MAX_SOCKETS_PER_USER", 20, minimum=1)
 CHAT_CONVERSATION_CHANGES_PER_MINUTE = env_int("CHAT_CONVERSATION_CHANGES_PER_MINUTE", 30, minimum=1)
 CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
 CHAT_LEASE_SECONDS = env_float("CHAT_LEASE_SECONDS", 60.0, minimum=5.0)
-CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
+CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 2.0, minimum=0.2)
+# Answers outlive their process (answers/): another web process continues an answer whose heartbeat
+# is this old, looking every CHAT_TAKEOVER_SCAN_SECONDS; a web process told to stop lets its answers
+# finish for WEB_DRAIN_SECONDS, then hands them over.
+CHAT_TAKEOVER_AFTER_SECONDS = env_float("CHAT_TAKEOVER_AFTER_SECONDS", 6.0, minimum=0.5)
+if CHAT_TAKEOVER_AFTER_SECONDS < 2 * CHAT_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        f"CHAT_TAKEOVER_AFTER_SECONDS={CHAT_TAKEOVER_AFTER_SECONDS:g} must be at least twice "
+        f"CHAT_HEARTBEAT_SECONDS={CHAT_HEARTBEAT_SECONDS:g}: one late beat must not hand a live answer over"
+    )
+CHAT_TAKEOVER_SCAN_SECONDS = env_float("CHAT_TAKEOVER_SCAN_SECONDS", 1.0, minimum=0.1)
+WEB_DRAIN_SECONDS = env_float("WEB_DRAIN_SECONDS", drain.DEFAULT_SECONDS, minimum=0.0)
 CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
 CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
 CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)
@@ -298,7 +310,7 @@ if CHAT_STREAM_TTL_SECONDS <= CHAT_TOTAL_TIMEOUT:
         f"CHAT_STREAM_TTL_SECONDS={CHAT_STREAM_TTL_SECONDS} must exceed "
         f"CHAT_TOTAL_TIMEOUT={CHAT_TOTAL_TIMEOUT:g}: a stream must outlive the longest answer"
     )
-CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 10.0, minimum=0.1)
+CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=0.1)
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-answers": {
         "task": "frontend.tasks.sweep_stale_answers",

@@ -24,11 +24,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from answers.drain import drain_seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # How long each process may take to stop after SIGTERM before it is killed: an engine drains
-# its requests and an answer's web process closes its streams; Celery finishes its task.
-STOP_WAIT = {"inference": 30, "web": 20, "worker": 60, "bulk": 60, "router": 10}
+# its requests; a web process lets its answers finish for WEB_DRAIN_SECONDS and hands over the
+# rest (answers.drain); Celery finishes its task.
+STOP_WAIT = {"inference": 30, "web": int(drain_seconds()) + 10, "worker": 60, "bulk": 60, "router": 10}
 
 
 def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:

@@ -100,11 +100,12 @@ async def refresh(r: aioredis.Redis, lease: Lease) -> None:
         await pipe.execute()
 
 
-def refresh_in(pipe: aioredis.client.Pipeline, lease: Lease) -> None:
-    """`refresh`'s commands, added to a caller's pipeline."""
+def refresh_in(pipe: aioredis.client.Pipeline, lease: Lease, *, retake: bool = False) -> None:
+    """`refresh`'s commands, added to a caller's pipeline; with `retake`, the slot is held again
+    even if it had expired (an answer another process continues keeps its place, refused never)."""
     expiry = time.time() + settings.CHAT_LEASE_SECONDS
-    pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=True)
-    pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=True)
+    pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=not retake)
+    pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=not retake)
 
 
 async def hold(r: aioredis.Redis, lease: Lease) -> None:

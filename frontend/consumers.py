@@ -17,6 +17,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
 import redisconn
+from answers.drain import draining
 from frontend import metrics, protocol, rates, selectors, services, socket_auth, streams
 from frontend.generation import answer_start, answer_stop, follow
 from frontend.models import Message
@@ -39,7 +40,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         """Accept logged-in users only; anyone else is refused at the handshake."""
         self.user = self.scope.get("user")
-        if self.user is None or not self.user.is_authenticated:
+        if self.user is None or not self.user.is_authenticated or draining():
+            # A draining process takes no new socket: the page reconnects, to another process.
             await self.close()
             return
         try:

@@ -12,6 +12,14 @@ cancelling the task closes the engine stream.
 
 The message row is written once, when the answer ends, whichever way it ends.
 
+The answer belongs to no process either. Its stream records who owns it (answers.ownership);
+the owner's heartbeat says it is alive. When the owner dies, or drains on SIGTERM and hands it
+over, another web process claims it (answers.takeover) and continues it: a `Generation` made
+from the frames already written (`earlier`), which asks the engine to carry on the partial answer
+(`continue_final_message`) and appends to the same stream from the next position. While Redis
+is away the answer goes on: its frames wait in memory, its own followers read them there, and
+they are written, in order and once each, when Redis is back (`_catch_up`).
+
 Why one module of about 300 lines: it is one object's lifecycle (request, stream, and the three
 ways an answer ends: complete, stopped, failed), read top to bottom; the watcher, the deadlines
 and the mapping of failures to outcomes already live beside it.
@@ -24,14 +32,16 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from functools import partial
 
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 import redisconn
+from answers import drain, ownership
 from frontend import (
     admission,
     metrics,
@@ -60,7 +70,15 @@ RUNNING: dict[int, "Generation"] = {}
 # Prompt token counts the engine gave, by engine client: they spare a long conversation a
 # count on every turn (inference.prompt.PromptCounts).
 _prompt_counts: "weakref.WeakKeyDictionary[EngineClient, PromptCounts]" = weakref.WeakKeyDictionary()
-CLOSING_ATTEMPTS = 3
+# How long an ended answer's frames wait in memory for a Redis that is away before they are dropped
+# (the stored row has the answer whatever happens: followers that resume read it from there).
+CATCH_UP_SECONDS = 120.0
+# Stops that end the answer here without ending it: another process continues it.
+LEAVING = frozenset({"superseded", "handover"})
+# How long past CHAT_TAKEOVER_AFTER_SECONDS a follower waits for another process to take an
+# answer over (every web process scans every CHAT_TAKEOVER_SCAN_SECONDS).
+TAKEOVER_GRACE = 10.0
+ABANDONED = "The process generating this answer stopped, and no other could continue it."
 
 
 def cache_salt_for(user_id: int) -> str | None:
@@ -78,26 +96,34 @@ class Generation:
         *,
         user_id: int,
         engine: EngineClient,
+        owner: ownership.Claim,
         lease: admission.Lease | None = None,
+        earlier: list[dict] = (),
     ):
+        """`earlier`: the token frames an earlier owner wrote, when this one continues the answer."""
         self.turn = turn
         self.message_id = turn.assistant_message_id
         self._user_id = user_id
         self._engine = engine
+        self.owner = owner
         self._lease = lease
         self._stop_reason = "user"
         self._stopping = False
         self.task: asyncio.Task | None = None
-        self.parts: list[str] = []
-        self.seq = 0
+        self.parts: list[str] = [frame["text"] for frame in earlier]
+        self.seq = len(earlier)
         self.ttft_ms: float | None = None
         self.note = ""
         self.completion = Completion(finish_reason="")
         self._started = 0.0
         # What the answer's stream holds, as (position, frame), and an event set when it grows.
-        self._frames: list[tuple[int, dict]] = []
+        self._frames: list[tuple[int, dict]] = [(frame["seq"], frame) for frame in earlier]
         self._grown = asyncio.Event()
         self._ended = False
+        # Writing the frames from `_frames[index]` on, after Redis went away; None: written as made.
+        self._catching_up: asyncio.Task | None = None
+        # Tokens of the partial answer an earlier owner made (counted when this one continues it).
+        self._made = 0
 
     def start(self) -> asyncio.Task:
         self.task = asyncio.create_task(self._run(), name=f"generation-{self.message_id}")
@@ -107,7 +133,9 @@ class Generation:
 
     def stop(self, reason: str = "user") -> None:
         """Cancel the answer once: a second stop (another tab, a repeated key) must not cut
-        short the storing and announcing of the stopped answer that the first one began."""
+        short the storing and announcing of the stopped answer that the first one began.
+        `reason` "superseded" (another process owns it now) and "handover" (this process is
+        draining) end it here without ending it: nothing is stored or announced."""
         if self.task is None or self._stopping:
             return
         self._stopping = True
@@ -117,21 +145,23 @@ class Generation:
     async def frames_after(self, after: int) -> AsyncIterator[dict]:
         """The frames after token `after`, live, as `streams.follow` reads them from Redis.
 
-        Ends without a closing frame only if the answer ended without one (which a Redis
-        follower would see as a stream that stopped growing)."""
+        When the answer leaves this process unfinished (handed over, or taken over), the rest
+        is read from its stream, as another process writes it."""
         index = next(
             (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
         )
         while True:
             while index < len(self._frames):
-                frame = self._frames[index][1]
+                after, frame = self._frames[index]
                 index += 1
                 yield frame
                 if frame["type"] in protocol.TERMINAL:
                     return
             if self._ended:
-                return
+                break
             await self._grown.wait()
+        async for frame in _followed(self.message_id, after):
+            yield frame
 
     def _wrote(self, position: int, frame: dict) -> None:
         """Keep a frame the stream is given, and wake the followers in this process."""
@@ -150,37 +180,48 @@ class Generation:
         )
         metrics.generation_started()
         r = redisconn.client()
-        self._watcher = asyncio.create_task(watcher.watch(r, self.message_id, self._lease, self.stop))
+        self._watcher = asyncio.create_task(watcher.watch(r, self.owner, self._lease, self.stop))
         try:
             await self._generate(r)
         finally:
             self._ended = True
             self._wake()
             metrics.generation_ended()
-            await self._release(r)
+            if self._stop_reason != "superseded":  # the slot and the answer are another's now
+                await self._release(r, handover=self._stop_reason == "handover")
 
-    async def _release(self, r: aioredis.Redis) -> None:
+    async def _release(self, r: aioredis.Redis, *, handover: bool = False) -> bool:
         self._watcher.cancel()
-        await watcher.release(r, self.message_id, self._lease)
+        return await watcher.release(r, self.owner, self._lease, handover=handover)
 
     def _elapsed_ms(self) -> float:
         return round((asyncio.get_running_loop().time() - self._started) * 1000, 1)
 
-    async def _request(self) -> ChatRequest:
-        """The engine request: the conversation fitted to the context window."""
+    async def _request(self) -> ChatRequest | None:
+        """The engine request: the conversation fitted to the context window, and the partial
+        answer to carry on when this continues one; None when that answer has no tokens left."""
+        history, max_tokens, min_tokens = self.turn.history, self.turn.max_tokens, self.turn.min_tokens
+        partial = "".join(self.parts)
+        if partial:
+            self._made = made = len(await self._engine.tokenize(partial))
+            max_tokens, min_tokens = max_tokens - made, max(min_tokens - made, 0)
+            if max_tokens <= 0:
+                return None
+            history = [*history, {"role": "assistant", "content": partial}]
         prompt = await assemble(
             self.turn.system_prompt,
-            self.turn.history,
+            history,
             context_window=settings.INFERENCE_MAX_MODEL_LEN,
-            answer_budget=self.turn.max_tokens,
+            answer_budget=max_tokens,
             count_tokens=self._engine.count_prompt_tokens,
             counts=_prompt_counts.setdefault(self._engine, PromptCounts()),
         )
         self.note = outcomes.dropped_note(prompt.dropped_turns)
         return ChatRequest(
             messages=prompt.messages,
-            max_tokens=self.turn.max_tokens,
-            min_tokens=self.turn.min_tokens,
+            continue_final_message=bool(partial),
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
             temperature=self.turn.temperature,
             priority=settings.CHAT_PRIORITY,
             cache_salt=cache_salt_for(self._user_id),
@@ -214,9 +255,14 @@ class Generation:
     async def _generate(self, r: aioredis.Redis) -> None:
         self._started = asyncio.get_running_loop().time()
         try:
-            await self._stream(r, await self._request())
+            request = await self._request()
+            if request is None:
+                self.completion = Completion(finish_reason="length")
+            else:
+                await self._stream(r, request)
         except asyncio.CancelledError:
-            await self._stopped(r)
+            if self._stop_reason not in LEAVING:
+                await self._stopped(r)
             raise
         except Exception as exc:
             await self._failed(r, exc)
@@ -227,7 +273,7 @@ class Generation:
             note=self.note,
             prompt_tokens=self.completion.prompt_tokens,
             cached_tokens=self.completion.cached_tokens,
-            completion_tokens=self.completion.completion_tokens,
+            completion_tokens=(self.completion.completion_tokens or 0) + self._made or None,
             ttft_ms=self.ttft_ms,
             duration_ms=self._elapsed_ms(),
         )
@@ -264,7 +310,38 @@ class Generation:
     async def _publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
         # Followers in this process have it at once, and never miss one whose write a stop cut.
         self._wrote(position, frame)
-        await streams.publish(r, self.message_id, position, frame)
+        if self._catching_up is not None:
+            return  # written in order once Redis is back
+        try:
+            await streams.publish(r, self.owner, position, frame)
+        except ownership.Fenced:
+            self.stop("superseded")
+        except RedisError as exc:
+            log.warning("answer %s: Redis is away (%s); its frames wait in memory", self.message_id, exc)
+            self._catching_up = asyncio.create_task(
+                self._catch_up(r, len(self._frames) - 1), name=f"catch-up-{self.message_id}"
+            )
+
+    async def _catch_up(self, r: aioredis.Redis, index: int) -> None:
+        """Write the frames from `_frames[index]` on, in order, once Redis answers again: each
+        at its position, so one written before the failure is not written twice."""
+        delay = 0.25
+        while True:
+            try:
+                while index < len(self._frames):
+                    await streams.publish(r, self.owner, *self._frames[index])
+                    index += 1
+            except ownership.Fenced:
+                self.stop("superseded")
+                return
+            except RedisError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            # Caught up, with no wait since the last check: the next frame is written as made.
+            self._catching_up = None
+            log.info("answer %s: its frames are in Redis again", self.message_id)
+            return
 
     def _done_frame(self, fields: dict, completion: Completion) -> dict:
         return protocol.done(
@@ -281,25 +358,20 @@ class Generation:
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
-        await self._release(r)
-        self._wrote(self.seq, frame)
-        # Readers wait for this frame: a failure of the moment gets two more tries.
-        for attempt in range(CLOSING_ATTEMPTS):
-            try:
-                await streams.publish(r, self.message_id, self.seq, frame)
-                return
-            except RedisError as exc:
-                # A try whose reply was lost may have written the frame: its position is taken.
-                if attempt and isinstance(exc, ResponseError) and "equal or smaller" in str(exc):
-                    return
-                if attempt == CLOSING_ATTEMPTS - 1:
-                    log.warning(
-                        "answer %s ended but its closing frame could not be published",
-                        self.message_id,
-                        exc_info=True,
-                    )
-                else:
-                    await asyncio.sleep(0.5)
+        released = await self._release(r)
+        await self._publish(r, self.seq, frame)
+        catching_up = self._catching_up
+        if catching_up is None:
+            return
+        # Readers elsewhere wait for this frame; the stored row has the answer meanwhile.
+        try:
+            await asyncio.wait_for(asyncio.shield(catching_up), CATCH_UP_SECONDS)
+        except TimeoutError:
+            catching_up.cancel()
+            log.warning("answer %s ended but Redis stayed away: its frames were dropped", self.message_id)
+            return
+        if not released:
+            await self._release(r)
 
     async def _finish(self, **fields) -> None:
         metrics.generation_finished(
@@ -330,7 +402,35 @@ def follow(message_id: int, after: int = -1) -> AsyncIterator[dict]:
     generation = RUNNING.get(message_id)
     if generation is not None and generation.task.get_loop() is asyncio.get_running_loop():
         return generation.frames_after(after)
-    return streams.follow(redisconn.client(), message_id, after)
+    return _followed(message_id, after)
+
+
+def _followed(message_id: int, after: int) -> AsyncIterator[dict]:
+    r = redisconn.client()
+    return streams.follow(r, message_id, after, quiet=partial(_quiet, r, message_id))
+
+
+async def _quiet(r: aioredis.Redis, message_id: int) -> dict | None:
+    """A stream with no new frame for a while: None while its answer is alive or may yet be taken
+    over, else how it ended: from the store, or, when no process could continue it, as interrupted."""
+    beat = await ownership.last_beat(r, message_id)
+    if beat is not None and time.time() - beat < settings.CHAT_TAKEOVER_AFTER_SECONDS + TAKEOVER_GRACE:
+        return None
+    message = await Message.objects.filter(pk=message_id).afirst()
+    if message is None:
+        return protocol.failed(
+            message_id, code="not_found", detail="no such message", status="error", content=""
+        )
+    if message.status != Message.Status.GENERATING:
+        return protocol.closing(message)
+    written = await streams.written(r, message_id) or []
+    return protocol.failed(
+        message_id,
+        code="interrupted",
+        detail=ABANDONED,
+        status=Message.Status.INTERRUPTED,
+        content="".join(frame["text"] for frame in written if frame["type"] == "chat.token"),
+    )
 
 
 def _checked_start(
@@ -361,6 +461,9 @@ async def answer_start(
     after giving the slot back.
     """
     r = redisconn.client()
+    if drain.draining():
+        metrics.admission_refused("draining")
+        raise protocol.busy("draining", 1.0)
     try:
         lease = await admission.admit(r, user_id=user.pk)
     except Refusal as refusal:
@@ -376,8 +479,8 @@ async def answer_start(
         raise
     metrics.turn_stored(time.perf_counter() - storing)
     # Opened before anyone follows it: a leftover stream under a reused id is replaced first.
-    await streams.open_stream(r, turn.assistant_message_id)
-    generation = Generation(turn, user_id=user.pk, engine=engine, lease=lease)
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=user.pk, lease=lease.member)
+    generation = Generation(turn, user_id=user.pk, engine=engine, owner=owner, lease=lease)
     # A fresh context: code started from a view would otherwise send its ORM calls to
     # a thread of that view's call, which is gone once the view returns.
     contextvars.Context().run(generation.start)

@@ -20,6 +20,7 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
 import redisconn
+from answers.drain import draining
 from inference import state as engine_state
 from inference.engine import engine_client, engine_health
 from monitoring.access import may_read_health_details
@@ -94,6 +95,8 @@ def live(request: HttpRequest) -> JsonResponse:
 
 
 def ready(request: HttpRequest) -> JsonResponse:
+    if draining():  # stopping: new traffic goes to the other processes (answers.drain)
+        return _answer(request, "draining", 503, {})
     checks = {part: _checked(part) for part in ("database", "redis")}
     serving = all(state == "ok" for state in checks.values())
     details = {**checks, "engine": _checked("engine")}

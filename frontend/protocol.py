@@ -72,6 +72,7 @@ BUSY_DETAILS = {
     "socket_rate": "Too many requests on this connection; slow down.",
     "user_sockets": "Too many chat tabs or windows open; close one.",
     "user_changes": "Too many changes to conversations at once; try again shortly.",
+    "draining": "This server is restarting; try again in a moment.",
 }
 
 

@@ -6,10 +6,12 @@ a conversation tree consistent (ownership, parents, the shown leaf, settings bou
 checked in one place; each function is short and independent."""
 
 import secrets
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+import orjson
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -101,22 +103,50 @@ def _answer(
     )
     conversation.current_leaf = assistant
     conversation.save(update_fields=["current_leaf", "updated_at"])
-    return Turn(
-        conversation_id=conversation.pk,
-        user_message_id=user_message.pk,
-        assistant_message_id=assistant.pk,
+    return _turn(
+        conversation,
+        assistant,
         system_prompt=conversation.system_prompt if new else selectors.conversation_preamble(conversation),
         history=(
             selectors.conversation_history(leaf=user_message)
             if earlier is None
             else selectors.prompt_history([*earlier, user_message])
         ),
+    )
+
+
+def _turn(conversation: Conversation, assistant: Message, *, system_prompt: str, history: list) -> Turn:
+    return Turn(
+        conversation_id=conversation.pk,
+        user_message_id=assistant.parent_id,
+        assistant_message_id=assistant.pk,
+        system_prompt=system_prompt,
+        history=history,
         temperature=(
             settings.CHAT_TEMPERATURE if conversation.temperature is None else conversation.temperature
         ),
         max_tokens=conversation.max_tokens or settings.CHAT_MAX_TOKENS,
         min_tokens=conversation.min_tokens or 0,
-        model=model,
+        model=assistant.model_name,
+    )
+
+
+def chat_turn_of_answer(*, message_id: int) -> Turn | None:
+    """The turn of an answer still generating, for the process that continues it
+    (answers.takeover); None when it has ended or is gone."""
+    answer = (
+        Message.objects.select_related("conversation", "parent")
+        .filter(pk=message_id, role=Message.Role.ASSISTANT, status=Message.Status.GENERATING)
+        .first()
+    )
+    if answer is None or answer.parent is None:
+        return None
+    conversation = answer.conversation
+    return _turn(
+        conversation,
+        answer,
+        system_prompt=selectors.conversation_preamble(conversation),
+        history=selectors.conversation_history(leaf=answer.parent),
     )
 
 
@@ -418,12 +448,14 @@ def conversation_show(*, user: AbstractBaseUser, conversation_id: int, message_i
 
 
 def messages_interrupt_stale() -> int:
-    """Mark as interrupted every answer still 'generating' whose process stopped its heartbeat.
+    """Mark as interrupted every answer still 'generating' that no process has owned for
+    CHAT_STALE_AFTER_SECONDS, keeping the text its stream holds.
 
-    The generating process keeps `chat:alive:<id>` fresh in Redis; an answer older
-    than CHAT_STALE_AFTER_SECONDS without it belongs to a process that died.
-    """
-    cutoff = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS)
+    An answer whose process died is continued by another within seconds (answers.takeover); this
+    is the last resort, for one that nothing continued (no web process running, a lost registry).
+    Its stored text is what its readers were shown: the token frames of its stream."""
+    seconds = settings.CHAT_STALE_AFTER_SECONDS
+    cutoff, stale = timezone.now() - timedelta(seconds=seconds), time.time() - seconds
     candidates = list(
         Message.objects.filter(status=Message.Status.GENERATING, created_at__lt=cutoff).values_list(
             "pk", flat=True
@@ -431,11 +463,17 @@ def messages_interrupt_stale() -> int:
     )
     if not candidates:
         return 0
-    alive = redisconn.sync_client().mget([keys.chat_alive(pk) for pk in candidates])
-    dead = [pk for pk, beat in zip(candidates, alive, strict=True) if beat is None]
-    return Message.objects.filter(pk__in=dead, status=Message.Status.GENERATING).update(
-        status=Message.Status.INTERRUPTED,
-        error_code="interrupted",
-        note="The web process generating this answer stopped before it finished.",
-        finished_at=timezone.now(),
-    )
+    r = redisconn.sync_client()
+    beats = r.zmscore(keys.CHAT_ANSWERS, [str(pk) for pk in candidates])
+    dead = [pk for pk, beat in zip(candidates, beats, strict=True) if beat is None or beat < stale]
+    interrupted = 0
+    for pk in dead:
+        frames = [orjson.loads(fields[b"frame"]) for _, fields in r.xrange(keys.chat_stream(pk))[1:]]
+        interrupted += Message.objects.filter(pk=pk, status=Message.Status.GENERATING).update(
+            content="".join(frame["text"] for frame in frames if frame["type"] == "chat.token"),
+            status=Message.Status.INTERRUPTED,
+            error_code="interrupted",
+            note="The web process generating this answer stopped before it finished.",
+            finished_at=timezone.now(),
+        )
+    return interrupted

@@ -9,14 +9,16 @@ expire CHAT_STREAM_TTL_SECONDS after their last entry.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 import redisconn
+from answers import ownership
+from answers.ownership import Claim
 from frontend.protocol import TERMINAL
 from redisconn import keys
 
@@ -37,8 +39,9 @@ def _entry_id(position: int) -> str:
     return f"1-{position + 1}"
 
 
-async def open_stream(r: aioredis.Redis, message_id: int) -> None:
-    """Create the stream with its marker, so readers can tell a started answer from a lost one.
+async def open_stream(r: aioredis.Redis, message_id: int, *, user_id: int, lease: str = "") -> Claim:
+    """Create the stream with its marker, so readers can tell a started answer from a lost one,
+    and make this process its owner (answers.ownership): the Claim its writes carry.
 
     A leftover stream under the same id (a store that was reset, or a test database
     rolled back) is replaced, and a leftover stop request for it dropped: one sent for the
@@ -51,13 +54,17 @@ async def open_stream(r: aioredis.Redis, message_id: int) -> None:
         pipe.delete(key, keys.chat_stop_requested(message_id))
         _xadd(pipe, key, "1-0", {"type": "chat.opened", "message": message_id})
         pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
+        owner = ownership.register_in(pipe, message_id, user_id=user_id, lease=lease)
         await pipe.execute()
+    return owner
 
 
-async def publish(r: aioredis.Redis, message_id: int, position: int, frame: dict) -> None:
-    """Append the frame at `position` (a token's seq; the closing frame takes the next one)."""
+async def publish(r: aioredis.Redis, owner: Claim, position: int, frame: dict) -> None:
+    """Append the frame at `position` (a token's seq; the closing frame takes the next one), as
+    the answer's owner: ownership.Fenced when another process owns it now; a frame already at
+    that position (written before Redis went away and came back) is left as it is."""
     ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
-    await _writer(r).write(r, keys.chat_stream(message_id), _entry_id(position), frame, ttl)
+    await _writer(r).write(r, owner, _entry_id(position), frame, ttl)
 
 
 class _FrameWriter:
@@ -68,12 +75,14 @@ class _FrameWriter:
     waits for its own reply, so a failure reaches the answer that published it."""
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[str, str, dict, int | None, asyncio.Future]] = []
+        self._waiting: list[tuple[Claim, str, dict, int | None, asyncio.Future]] = []
         self._flushing: asyncio.Task | None = None
 
-    async def write(self, r: aioredis.Redis, key: str, entry_id: str, frame: dict, ttl: int | None) -> None:
+    async def write(
+        self, r: aioredis.Redis, owner: Claim, entry_id: str, frame: dict, ttl: int | None
+    ) -> None:
         future = asyncio.get_running_loop().create_future()
-        self._waiting.append((key, entry_id, frame, ttl, future))
+        self._waiting.append((owner, entry_id, frame, ttl, future))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.create_task(self._flush(r), name="chat-frame-writer")
         await future
@@ -88,27 +97,32 @@ class _FrameWriter:
             for (*_, future), outcome in zip(batch, outcomes, strict=True):
                 if future.done():  # its writer was cancelled (a stop): the frame is written all the same
                     continue
-                if isinstance(outcome, Exception):
+                if isinstance(outcome, ResponseError) and ownership.is_fenced(outcome):
+                    future.set_exception(ownership.Fenced())
+                elif isinstance(outcome, Exception):
                     future.set_exception(outcome)
                 else:
                     future.set_result(None)
 
 
 async def _execute(r: aioredis.Redis, batch: list) -> list:
-    """Each frame's XADD reply, or the error Redis gave that frame, from one round trip."""
+    """Each frame's write reply, or the error Redis gave that frame, from one round trip; once
+    more after loading the script when Redis had lost it (a restart): the writes are idempotent."""
+    replies = await _write_all(r, batch)
+    if any(isinstance(reply, NoScriptError) for reply in replies):
+        await ownership.WRITE.load(r)
+        replies = await _write_all(r, batch)
+    return replies
+
+
+async def _write_all(r: aioredis.Redis, batch: list) -> list:
     async with r.pipeline(transaction=False) as pipe:
-        for key, entry_id, frame, ttl, _ in batch:
-            _xadd(pipe, key, entry_id, frame)
-            if ttl is not None:
-                pipe.expire(key, ttl)
+        for owner, entry_id, frame, ttl, _ in batch:
+            ownership.write_in(pipe, owner, entry_id, orjson.dumps(frame), ttl)
         replies = await pipe.execute(raise_on_error=False)
-    if len(replies) != len(batch) + sum(ttl is not None for *_, ttl, _ in batch):
+    if len(replies) != len(batch):
         raise RedisError("no reply for every frame")
-    outcomes, position = [], 0
-    for *_, ttl, _ in batch:
-        outcomes.append(replies[position])
-        position += 1 if ttl is None else 2
-    return outcomes
+    return replies
 
 
 # A loop's client and writer go together.
@@ -129,11 +143,26 @@ async def exists(r: aioredis.Redis, message_id: int) -> bool:
     return bool(await r.exists(keys.chat_stream(message_id)))
 
 
-async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIterator[dict]:
+async def written(r: aioredis.Redis, message_id: int) -> list[dict] | None:
+    """Every frame of the answer's stream after its marker, in order; None when the stream is gone
+    or lost its start (trimmed at CHAT_STREAM_MAX_ENTRIES)."""
+    entries = await r.xrange(keys.chat_stream(message_id))
+    if not entries or entries[0][0] != b"1-0":
+        return None
+    return [orjson.loads(fields[b"frame"]) for _, fields in entries[1:]]
+
+
+Quiet = Callable[[], Awaitable[dict | None]]
+
+
+async def follow(
+    r: aioredis.Redis, message_id: int, after: int = -1, *, quiet: Quiet | None = None
+) -> AsyncIterator[dict]:
     """Yield the frames after token `after` (-1: from the start), live, until the closing frame.
 
-    Ends without a closing frame only if the stream disappears (expired, or its
-    writer died and the stream was never written)."""
+    After each CHAT_STREAM_BLOCK_SECONDS without a frame, `quiet` says whether to go on waiting
+    (None) or how the answer ended (a closing frame, yielded last). Without it, ends without a
+    closing frame only if the stream disappears (expired, or never written)."""
     key = keys.chat_stream(message_id)
     last = _entry_id(after)
     block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
@@ -141,7 +170,11 @@ async def follow(r: aioredis.Redis, message_id: int, after: int = -1) -> AsyncIt
         result = await r.xread({key: last}, block=block_ms, count=256)
         redisconn.raise_if_cancelled()  # a follower whose reader left ends here
         if not result:
-            if not await r.exists(key):
+            if quiet is not None:
+                if (ending := await quiet()) is not None:
+                    yield ending
+                    return
+            elif not await r.exists(key):
                 return
             continue
         for entry_id, fields in result[0][1]:

@@ -1,8 +1,8 @@
 """What runs beside an answer while it generates: its heartbeat, its admission lease, and
 its ear for stops from other processes.
 
-The heartbeat key says the answer's process is alive (the sweeper, frontend.tasks, marks
-answers without one interrupted); the lease keeps its admission slot. A stop from another
+The heartbeat says the answer's process is alive (answers.ownership: another process takes over
+an answer whose heartbeat is stale, answers.takeover); the lease keeps its admission slot. A stop from another
 web process arrives on the answer's pub/sub channel, or, when it was sent before the process
 listened, as a key that is read once it listens.
 
@@ -16,6 +16,7 @@ serves are read.
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import redis.asyncio as aioredis
 from django.conf import settings
@@ -23,6 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 import redisconn
+from answers import ownership
 from frontend import admission
 from redisconn import keys
 
@@ -150,47 +152,69 @@ _stops_of = redisconn.PerClient(_Stops)
 
 
 async def watch(
-    r: aioredis.Redis, message_id: int, lease: admission.Lease | None, stop: Callable[[], None]
+    r: aioredis.Redis,
+    owner: ownership.Claim,
+    lease: admission.Lease | None,
+    stop: Callable[[str], None],
 ) -> None:
-    """Keep the heartbeat and the lease fresh until cancelled; call `stop` when asked to."""
+    """Keep the heartbeat and the lease fresh until cancelled; call `stop("user")` when asked
+    to, `stop("superseded")` when another process owns the answer now. A Redis that is away
+    is tried again at every beat: the answer goes on meanwhile (frontend.generation)."""
+    message_id = owner.message_id
     beat = settings.CHAT_HEARTBEAT_SECONDS
     stops = _stops_of(r)
+    asked = partial(stop, "user")
     try:
         try:
-            await stops.add(r, message_id, stop)
+            await stops.add(r, message_id, asked)
         except TimeoutError:
             log.warning("answer %s: stops from other processes wait for Redis", message_id)
         first = True
         while True:
-            # The heartbeat, the lease and (the first time) a stop sent before: one round trip.
-            async with r.pipeline(transaction=False) as pipe:
-                if first:
-                    pipe.exists(keys.chat_stop_requested(message_id))
-                pipe.set(keys.chat_alive(message_id), 1, ex=int(beat * 3))
-                if lease is not None:
-                    admission.refresh_in(pipe, lease)
-                replies = await pipe.execute()
-            # Cancelled when the answer ends: a swallowed cancellation would keep the
-            # heartbeat and the admission slot alive after it.
-            redisconn.raise_if_cancelled()
-            if first and replies[0]:
-                stop()
-                return
-            first = False
+            try:
+                # The lease and (the first time) a stop sent before: one round trip; the heartbeat,
+                # a script that checks the answer is still this process's, another.
+                async with r.pipeline(transaction=False) as pipe:
+                    if first:
+                        pipe.exists(keys.chat_stop_requested(message_id))
+                    if lease is not None:
+                        admission.refresh_in(pipe, lease)
+                    replies = await pipe.execute()
+                owned = await ownership.beat(r, owner)
+            except (RedisError, OSError) as exc:
+                redisconn.raise_if_cancelled()
+                log.warning(
+                    "answer %s: heartbeat lost its Redis connection (%s); trying again", message_id, exc
+                )
+            else:
+                # Cancelled when the answer ends: a swallowed cancellation would keep the
+                # heartbeat and the admission slot alive after it.
+                redisconn.raise_if_cancelled()
+                if not owned:
+                    stop("superseded")
+                    return
+                if first and replies and replies[0]:
+                    asked()
+                    return
+                first = False
             await asyncio.sleep(beat)
-    except (RedisError, OSError):
-        log.warning("answer %s: heartbeat lost its Redis connection", message_id)
     finally:
-        stops.discard(message_id, stop)
+        stops.discard(message_id, asked)
 
 
-async def release(r: aioredis.Redis, message_id: int, lease: admission.Lease | None) -> None:
-    """Give back the answer's heartbeat, stop request and slot; idempotent."""
+async def release(
+    r: aioredis.Redis, owner: ownership.Claim, lease: admission.Lease | None, *, handover: bool = False
+) -> bool:
+    """Give back the answer's slot and stop request, and leave it: ended, or (`handover`) for
+    another process to continue at once; idempotent. False when Redis could not be reached."""
     try:
         async with r.pipeline(transaction=False) as pipe:
-            pipe.delete(keys.chat_alive(message_id), keys.chat_stop_requested(message_id))
+            pipe.delete(keys.chat_stop_requested(owner.message_id))
             if lease is not None:
                 admission.release_in(pipe, lease)
             await pipe.execute()
+        await ownership.leave(r, owner, handover=handover)
     except RedisError:
-        log.warning("answer %s: could not release its slot; its lease expires", message_id)
+        log.warning("answer %s: could not release its slot; its lease expires", owner.message_id)
+        return False
+    return True

@@ -48,6 +48,9 @@ class ChatRequest:
     model: str | None = None
     # More sampling parameters of vLLM's OpenAI API (top_p, penalties, seed, stop), checked by the caller.
     sampling: Mapping[str, object] = field(default_factory=dict)
+    # The last message is a partial assistant answer to carry on, not a turn to answer (vLLM's
+    # continue_final_message): an answer continued after its process died, or past its limit.
+    continue_final_message: bool = False
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,9 @@ class OpenAIEngineClient:
         if request.min_tokens:
             # vLLM refuses a floor above the ceiling.
             body["min_tokens"] = min(request.min_tokens, request.max_tokens)
+        if request.continue_final_message:
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if request.request_id:
             headers["X-Request-Id"] = request.request_id

@@ -11,6 +11,8 @@ CHAT_ACTIVE = "chat:generations:active"
 # Every answer's stop channel (chat_stop_channel), as a pattern: one subscription of a web
 # process hears them all (frontend.watcher).
 CHAT_STOP_CHANNELS = "chat:stop:*"
+# Every running answer, scored by its owner's last heartbeat (answers.ownership).
+CHAT_ANSWERS = "chat:answers"
 # Per-minute chat message windows, per user id (frontend.admission).
 CHAT_MESSAGES_LIMIT = "chat-messages"
 # Changes to conversations (create, rename, delete, settings), per user id (frontend.rates).
@@ -41,9 +43,9 @@ def chat_stream(message_id: int) -> str:
     return f"chat:stream:{message_id}"
 
 
-def chat_alive(message_id: int) -> str:
-    """Refreshed by the process generating the answer; gone when that process dies."""
-    return f"chat:alive:{message_id}"
+def chat_answer_owner(message_id: int) -> str:
+    """Who owns a running answer: its fencing token, user and admission lease (answers.ownership)."""
+    return f"chat:owner:{message_id}"
 
 
 def chat_stop_channel(message_id: int) -> str:

@@ -3,8 +3,11 @@ time out, and are admitted within bounds. The engine here injects faults; the
 same behaviours against vLLM are in test_chat_faults_end_to_end.py."""
 
 import asyncio
+import time
+from dataclasses import replace
 from datetime import timedelta
 
+import orjson
 import pytest
 import redis
 from asgiref.sync import sync_to_async
@@ -14,6 +17,7 @@ from django.utils import timezone
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from answers import ownership
 from frontend import consumers, services, streams, watcher
 from frontend.generation import Generation
 from frontend.models import Conversation, Message
@@ -69,11 +73,11 @@ async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_th
 async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(alice):
     turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
-    await streams.open_stream(r, turn.assistant_message_id)
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
     # Another process asks to stop it before this one has subscribed to the stop channel.
     await streams.request_stop(r, turn.assistant_message_id)
     fake = FakeEngine(["one "], hang=True)
-    generation = Generation(turn, user_id=alice.pk, engine=fake)
+    generation = Generation(turn, user_id=alice.pk, engine=fake, owner=owner)
     done, _ = await asyncio.wait([generation.start()], timeout=10)
     assert done, "the answer did not stop"
     stored = await Message.objects.aget(pk=turn.assistant_message_id)
@@ -87,8 +91,8 @@ async def test_a_stop_left_for_an_earlier_answer_under_the_same_id_does_not_stop
     turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
     await streams.request_stop(r, turn.assistant_message_id)
-    await streams.open_stream(r, turn.assistant_message_id)
-    generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one ", "two"]))
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
+    generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one ", "two"]), owner=owner)
     await asyncio.wait_for(generation.start(), 10)
     stored = await Message.objects.aget(pk=turn.assistant_message_id)
     assert (stored.status, stored.content) == (Message.Status.COMPLETE, "one two")
@@ -99,15 +103,17 @@ async def hanging_answers(alice, count: int) -> list[Generation]:
     answers = []
     for _ in range(count):
         turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
-        await streams.open_stream(redis_client(), turn.assistant_message_id)
-        generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one "], hang=True))
+        owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=alice.pk)
+        generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one "], hang=True), owner=owner)
         generation.start()
         answers.append(generation)
     assert await until(lambda: all(g.seq == 1 for g in answers), 10), "the answers did not start"
     # Past their first heartbeat, which reads a stop sent before: any stop now must be heard.
-    alive = [keys.chat_alive(g.message_id) for g in answers]
+    members = [str(g.message_id) for g in answers]
+    registered = await redis_client().zmscore(keys.CHAT_ANSWERS, members)
     for _ in range(500):
-        if await redis_client().exists(*alive) == len(alive):
+        beats = await redis_client().zmscore(keys.CHAT_ANSWERS, members)
+        if all(beat > first for beat, first in zip(beats, registered, strict=True)):
             return answers
         await asyncio.sleep(0.01)
     raise AssertionError("the answers' heartbeats did not start")
@@ -269,7 +275,7 @@ async def test_it_limits_messages_per_user_per_minute(alice, monkeypatch, settin
     await communicator.disconnect()
 
 
-def test_it_sweeps_answers_whose_process_died_and_spares_live_ones(alice, settings):
+def test_it_sweeps_answers_no_process_owns_keeping_the_text_their_readers_saw(alice, settings):
     conversation = Conversation.objects.create(owner=alice)
     dead = Message.objects.create(conversation=conversation, role="assistant", status="generating")
     live = Message.objects.create(conversation=conversation, role="assistant", status="generating")
@@ -277,21 +283,28 @@ def test_it_sweeps_answers_whose_process_died_and_spares_live_ones(alice, settin
     old = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS + 5)
     Message.objects.filter(pk__in=[dead.pk, live.pk]).update(created_at=old)
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.set(keys.chat_alive(live.pk), 1, ex=30)
+    stream = keys.chat_stream(dead.pk)
+    client.xadd(stream, {"frame": b'{"type":"chat.opened"}'}, id="1-0")
+    for seq, text in enumerate(["Half ", "an answer"]):
+        token = {"type": "chat.token", "message": dead.pk, "seq": seq, "text": text}
+        client.xadd(stream, {"frame": orjson.dumps(token)}, id=f"1-{seq + 1}")
+    client.zadd(keys.CHAT_ANSWERS, {str(live.pk): time.time(), str(dead.pk): time.time() - 3600})
     try:
         assert services.messages_interrupt_stale() == 1
     finally:
-        client.delete(keys.chat_alive(live.pk))
+        client.zrem(keys.CHAT_ANSWERS, str(live.pk), str(dead.pk))
+        client.delete(stream)
     statuses = dict(Message.objects.values_list("pk", "status"))
     assert statuses == {dead.pk: "interrupted", live.pk: "generating", fresh.pk: "generating"}
+    assert Message.objects.get(pk=dead.pk).content == "Half an answer"
 
 
 async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
     turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
-    await streams.open_stream(r, turn.assistant_message_id)
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
     fake = FakeEngine(["one "], hang=True)
-    generation = Generation(turn, user_id=alice.pk, engine=fake)
+    generation = Generation(turn, user_id=alice.pk, engine=fake, owner=owner)
     task = generation.start()
     assert await until(lambda: fake.requests), "the engine was not asked"
     generation.stop("user")
@@ -310,7 +323,7 @@ async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
     written: `write_token(publish, args, stop_now)` writes it and sets `stop_now` when the stop
     should come. Returns the answer's id once it has ended."""
     turn = await sync_to_async(services.chat_turn_start)(user=user, conversation_id=None, content="hi")
-    await streams.open_stream(redis_client(), turn.assistant_message_id)
+    owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=user.pk)
     stop_now = asyncio.Event()
     publish = streams.publish
 
@@ -321,7 +334,7 @@ async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
             await publish(*args)
 
     monkeypatch.setattr(streams, "publish", publish_with)
-    generation = Generation(turn, user_id=user.pk, engine=FakeEngine(["one "], hang=True))
+    generation = Generation(turn, user_id=user.pk, engine=FakeEngine(["one "], hang=True), owner=owner)
     task = generation.start()
     await asyncio.wait_for(stop_now.wait(), 30)
     generation.stop("user")
@@ -370,8 +383,7 @@ async def test_answers_frames_waiting_together_go_in_one_pipeline_and_fail_one_b
     """Many answers' tokens come at once (one engine step); one round trip writes them all, and a
     frame Redis refuses fails its own writer only."""
     r = redis_client()
-    for message_id in (9001, 9002, 9003):
-        await streams.open_stream(r, message_id)
+    owners = {m: await streams.open_stream(r, m, user_id=1) for m in (9001, 9002, 9003)}
     executed = []
     pipeline = r.pipeline
 
@@ -382,15 +394,18 @@ async def test_answers_frames_waiting_together_go_in_one_pipeline_and_fail_one_b
     monkeypatch.setattr(r, "pipeline", counting_pipeline)
     token = {"type": "chat.token", "message": 0, "seq": 0, "text": "x"}
     results = await asyncio.gather(
-        streams.publish(r, 9001, 0, token),
-        streams.publish(r, 9002, 0, token),
-        # Position 0 again: Redis refuses an entry id not above the last one.
-        streams.publish(r, 9001, 0, token),
-        streams.publish(r, 9003, 0, token),
+        streams.publish(r, owners[9001], 0, token),
+        streams.publish(r, owners[9002], 0, token),
+        # An owner whose claim is not the current one: its write is refused.
+        streams.publish(r, replace(owners[9002], fence=0), 1, token),
+        # Position 0 again: the frame is there already, and written once.
+        streams.publish(r, owners[9001], 0, token),
+        streams.publish(r, owners[9003], 0, token),
         return_exceptions=True,
     )
     assert executed == [1], "the frames did not share one pipeline"
-    assert [isinstance(result, redis.ResponseError) for result in results] == [False, False, True, False]
+    assert [isinstance(result, ownership.Fenced) for result in results] == [False, False, True, False, False]
+    assert [result for result in results if not isinstance(result, Exception)] == [None] * 4
     for message_id in (9001, 9002, 9003):
         frames = await r.xrange(keys.chat_stream(message_id))
         assert len(frames) == 2  # the opening marker and one token

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from django.urls import resolve
 
-from deploy.supervisor import procfile
+from deploy.supervisor import STOP_WAIT, procfile
 from frontend import health
 from harness.processes import ROOT
 from inference.router import RouterConfig
@@ -259,6 +259,20 @@ def test_the_web_probes_reach_the_health_views_on_the_web_port(objects):
     service = one(objects, "Service", "chat-web")
     assert service["spec"]["selector"].items() <= pod_labels(workloads(objects)["web"]).items()
     assert [port_number(web, p["targetPort"]) for p in service["spec"]["ports"]] == [port]
+
+
+def test_a_stopping_web_pod_drains_before_it_is_killed_and_a_rolling_update_keeps_every_pod(objects):
+    workload = workloads(objects)["web"]
+    spec = pod_spec(workload)
+    web = main_container(workload)
+    pre_stop = web["lifecycle"]["preStop"]["sleep"]["seconds"]
+    # SIGTERM comes after the preStop wait; the pod then drains for WEB_DRAIN_SECONDS (answers.drain).
+    assert spec["terminationGracePeriodSeconds"] >= pre_stop + setting(objects, "WEB_DRAIN_SECONDS") + 5
+    assert pre_stop >= 2  # long enough for the endpoints to drop the pod before it stops listening
+    rolling = workload["spec"]["strategy"]["rollingUpdate"]
+    assert (rolling["maxUnavailable"], rolling["maxSurge"]) == (0, 1)
+    # supervisord waits as long for it under `make run`.
+    assert STOP_WAIT["web"] >= settings.WEB_DRAIN_SECONDS + 5
 
 
 def nginx_size(text: str) -> int:

@@ -152,7 +152,8 @@ def test_a_killed_process_leaves_the_live_gauges_at_the_next_scrape(tmp_path):
             sys.executable,
             "-c",
             "import django, sys, time\ndjango.setup()\nfrom frontend import metrics\n"
-            "metrics.generation_started()\nmetrics.websocket_opened()\nprint('up', flush=True)\ntime.sleep(600)",
+            "metrics.generation_started()\nmetrics.websocket_opened()\n"
+            "print('up', flush=True)\ntime.sleep(600)",
         ],
         env=_env(env),
         stdout=subprocess.PIPE,

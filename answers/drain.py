@@ -1,0 +1,54 @@
+"""A web process that is asked to stop (SIGTERM: every restart, every rolling deploy) drains:
+
+1. it stops listening and taking new work: its readiness answers 503 (frontend.health), new
+   sockets and new answers are refused, the takeover scan stops;
+2. the answers it runs go on for up to WEB_DRAIN_SECONDS, streaming to the sockets it serves;
+3. what still runs then is handed over: left in the registry as stale at once, so another web
+   process (or this one's successor) continues it within CHAT_TAKEOVER_SCAN_SECONDS;
+4. the process exits.
+
+supervisord's stopwaitsecs, Kubernetes' terminationGracePeriodSeconds and its preStop wait are
+set from the same drain time (deploy/). chatsite.daphne wires the signal to `drain`.
+"""
+
+import asyncio
+import logging
+import time
+
+from chatsite.env import env_float
+
+log = logging.getLogger(__name__)
+
+
+DEFAULT_SECONDS = 30.0
+
+
+def drain_seconds() -> float:
+    """WEB_DRAIN_SECONDS, for deploy/, which renders supervisord's wait from it without the settings."""
+    return env_float("WEB_DRAIN_SECONDS", DEFAULT_SECONDS, minimum=0.0)
+
+
+_draining = False
+
+
+def draining() -> bool:
+    """True once this process has begun to drain: it takes no new answer or socket."""
+    return _draining
+
+
+async def drain(seconds: float) -> None:
+    """Let this process's answers finish for up to `seconds`, then hand over the rest."""
+    from frontend.generation import RUNNING
+
+    global _draining
+    _draining = True
+    deadline = time.monotonic() + seconds
+    log.info("draining: %s answers running, %.0f s to finish them", len(RUNNING), seconds)
+    while RUNNING and time.monotonic() < deadline:
+        await asyncio.wait([g.task for g in RUNNING.values()], timeout=deadline - time.monotonic())
+    leaving = list(RUNNING.values())
+    for generation in leaving:
+        generation.stop("handover")
+    if leaving:
+        await asyncio.gather(*(g.task for g in leaving), return_exceptions=True)
+        log.info("draining: handed over %s answers", len(leaving))

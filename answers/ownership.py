@@ -1,0 +1,188 @@
+"""Who owns a running answer, in Redis, so that exactly one process writes it at a time.
+
+Every running answer is in one sorted set, `chat:answers`, scored by the time of its owner's last
+heartbeat. Its owner record (a hash: the fencing token, the user, the admission lease) says which
+claim is current: the process that starts an answer holds token 1; a process that takes it over
+(answers.takeover) raises the token, and from then on every write of the earlier owner (a frame,
+a heartbeat, the end) is refused by the scripts below, so a slow old owner (a long GC pause, a
+network partition) cannot write after the new one. Frames are also idempotent by position: the
+stream's entry ids are the tokens' sequence numbers, so a frame written twice (a retry after
+Redis came back) is written once.
+"""
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from redis.exceptions import NoScriptError
+
+from redisconn import keys
+
+# Is ARGV[1] the current token? A record Redis lost (a restart without persistence) is made again
+# by whoever writes next: no one can have claimed an answer the registry does not hold.
+_OWNED = """
+local function owned(owner, fence, user, lease)
+  local current = redis.call('HGET', owner, 'fence')
+  if current then return current == fence end
+  redis.call('HSET', owner, 'fence', fence, 'user', user, 'lease', lease)
+  redis.call('EXPIRE', owner, 3600)
+  return true
+end
+"""
+
+# A frame (ARGV[5..]), written only by the current owner; one already there (same position) is no error.
+_WRITE = (
+    _OWNED
+    + """
+if not owned(KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then return redis.error_reply('FENCED') end
+local written = redis.pcall('XADD', KEYS[1], 'MAXLEN', ARGV[6], ARGV[4], 'frame', ARGV[5])
+if type(written) == 'table' and written.err then
+  if string.find(written.err, 'equal or smaller') then written = 0 else return written end
+end
+if tonumber(ARGV[7]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[7]) end
+return written
+"""
+)
+
+# The owner's heartbeat: 1, or 0 when another process owns the answer now.
+_BEAT = (
+    _OWNED
+    + """
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+return 1
+"""
+)
+
+# The answer ended (or was handed over, ARGV[2] = 0): out of the registry, or stale at once.
+_LEAVE = """
+if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
+if ARGV[2] == 'end' then
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+else
+  redis.call('ZADD', KEYS[2], 0, ARGV[3])
+end
+return 1
+"""
+
+# A claim on an answer whose heartbeat is older than ARGV[2]: the new token, user and lease; or nil.
+_CLAIM = """
+local beat = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not beat or tonumber(beat) > tonumber(ARGV[2]) then return nil end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+return {fence, redis.call('HGET', KEYS[1], 'user'), redis.call('HGET', KEYS[1], 'lease') or ''}
+"""
+
+
+class Lua:
+    """A script run by its digest, sent whole only when Redis does not know it (after a restart):
+    redis-py's own scripts in a pipeline ask Redis whether it knows them on every execute, a
+    round trip more on the path of every frame."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    def add_to(self, pipe, keys_: list, args: list) -> None:
+        """Run it in `pipe`; a NoScriptError reply means `load` it and run the pipeline again."""
+        pipe.evalsha(self.sha, len(keys_), *keys_, *args)
+
+    async def load(self, r: aioredis.Redis) -> None:
+        await r.script_load(self.source)
+
+    async def __call__(self, r: aioredis.Redis, keys_: list, args: list):
+        try:
+            return await r.evalsha(self.sha, len(keys_), *keys_, *args)
+        except NoScriptError:
+            return await r.eval(self.source, len(keys_), *keys_, *args)
+
+
+WRITE, BEAT, LEAVE, CLAIM = Lua(_WRITE), Lua(_BEAT), Lua(_LEAVE), Lua(_CLAIM)
+
+
+class Fenced(Exception):
+    """Another process owns the answer now: this one must stop writing it."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An answer this process owns: its id, its fencing token, its user and admission lease."""
+
+    message_id: int
+    fence: int
+    user_id: int
+    lease: str
+
+    def fields(self) -> list:
+        """What the scripts check and, for a record Redis lost, write again."""
+        return [self.fence, self.user_id, self.lease]
+
+
+def register_in(pipe: aioredis.client.Pipeline, message_id: int, *, user_id: int, lease: str) -> Claim:
+    """The commands that make the starting process the answer's owner (token 1), added to `pipe`."""
+    owner = Claim(message_id, 1, user_id, lease)
+    key = keys.chat_answer_owner(message_id)
+    pipe.delete(key)
+    pipe.hset(key, mapping={"fence": 1, "user": user_id, "lease": lease})
+    pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
+    pipe.zadd(keys.CHAT_ANSWERS, {str(message_id): time.time()})
+    return owner
+
+
+def write_in(pipe, owner: Claim, entry_id: str, frame: bytes, ttl: int | None) -> None:
+    """Add one fenced, idempotent frame write to `pipe`; its reply is the entry id, 0 when it was
+    there already, or a FENCED error."""
+    WRITE.add_to(
+        pipe,
+        [keys.chat_stream(owner.message_id), keys.chat_answer_owner(owner.message_id)],
+        [*owner.fields(), entry_id, frame, settings.CHAT_STREAM_MAX_ENTRIES, ttl or 0],
+    )
+
+
+def is_fenced(error: Exception) -> bool:
+    return "FENCED" in str(error)
+
+
+async def beat(r: aioredis.Redis, owner: Claim) -> bool:
+    """Refresh the answer's heartbeat; False when another process owns it now."""
+    keys_ = [keys.chat_answer_owner(owner.message_id), keys.CHAT_ANSWERS]
+    return bool(await BEAT(r, keys_, [*owner.fields(), time.time(), owner.message_id]))
+
+
+async def leave(r: aioredis.Redis, owner: Claim, *, handover: bool = False) -> bool:
+    """The owner lets go: the answer ended (out of the registry), or, with `handover`, it is left
+    for another process to take at once. False when the owner had already changed."""
+    keys_ = [keys.chat_answer_owner(owner.message_id), keys.CHAT_ANSWERS]
+    args = [
+        owner.fence,
+        "handover" if handover else "end",
+        owner.message_id,
+        settings.CHAT_STREAM_TTL_SECONDS,
+    ]
+    return bool(await LEAVE(r, keys_, args))
+
+
+async def stale(r: aioredis.Redis, *, limit: int = 16) -> list[int]:
+    """Answers whose owner has not beaten for CHAT_TAKEOVER_AFTER_SECONDS, oldest first."""
+    before = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
+    return [int(m) for m in await r.zrangebyscore(keys.CHAT_ANSWERS, "-inf", before, start=0, num=limit)]
+
+
+async def claim(r: aioredis.Redis, message_id: int) -> Claim | None:
+    """Own a stale answer: exactly one of the processes that try it gets the Claim."""
+    before = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
+    keys_ = [keys.chat_answer_owner(message_id), keys.CHAT_ANSWERS]
+    got = await CLAIM(r, keys_, [message_id, before, time.time()])
+    if got is None:
+        return None
+    fence, user, lease = got
+    return Claim(message_id, int(fence), int(user), lease.decode() if isinstance(lease, bytes) else lease)
+
+
+async def last_beat(r: aioredis.Redis, message_id: int) -> float | None:
+    """When the answer's owner last beat (a claim counts), or None when it is not running."""
+    return await r.zscore(keys.CHAT_ANSWERS, str(message_id))
