@@ -11,6 +11,8 @@ Redis came back) is written once.
 """
 
 import hashlib
+import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -32,15 +34,24 @@ local function owned(owner, fence, user, lease)
 end
 """
 
-# A frame (ARGV[5..]), written only by the current owner; one already there (same position) is no error.
+# A frame at position ARGV[4] (entry id 1-<position + 1>), written only by the current owner and only
+# right after the frame before it: the reply is its entry id; 0 when it is there already (written
+# before a failure, or twice); GAP <n> when the stream ends before position n-1 (Redis lost frames:
+# a restart without the last second of its append-only file), so the writer writes from n on.
 _WRITE = (
     _OWNED
     + """
 if not owned(KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then return redis.error_reply('FENCED') end
-local written = redis.pcall('XADD', KEYS[1], 'MAXLEN', ARGV[6], ARGV[4], 'frame', ARGV[5])
-if type(written) == 'table' and written.err then
-  if string.find(written.err, 'equal or smaller') then written = 0 else return written end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+if not last then
+  redis.call('XADD', KEYS[1], '1-0', 'frame', '{"type":"chat.opened"}')
+  last = {'1-0'}
 end
+local have = tonumber(string.match(last[1], '^1%-(%d+)$'))
+local position = tonumber(ARGV[4])
+if have > position then return 0 end
+if have < position then return redis.error_reply('GAP ' .. have) end
+local written = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[6], '1-' .. (position + 1), 'frame', ARGV[5])
 if tonumber(ARGV[7]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[7]) end
 return written
 """
@@ -73,6 +84,7 @@ _CLAIM = """
 local beat = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not beat or tonumber(beat) > tonumber(ARGV[2]) then return nil end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'process', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 return {fence, redis.call('HGET', KEYS[1], 'user'), redis.call('HGET', KEYS[1], 'lease') or ''}
 """
@@ -104,6 +116,10 @@ class Lua:
 WRITE, BEAT, LEAVE, CLAIM = Lua(_WRITE), Lua(_BEAT), Lua(_LEAVE), Lua(_CLAIM)
 
 
+# Which process owns an answer, in its owner record: for operators, and the tests that kill it.
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+
+
 class Fenced(Exception):
     """Another process owns the answer now: this one must stop writing it."""
 
@@ -127,24 +143,38 @@ def register_in(pipe: aioredis.client.Pipeline, message_id: int, *, user_id: int
     owner = Claim(message_id, 1, user_id, lease)
     key = keys.chat_answer_owner(message_id)
     pipe.delete(key)
-    pipe.hset(key, mapping={"fence": 1, "user": user_id, "lease": lease})
+    pipe.hset(key, mapping={"fence": 1, "user": user_id, "lease": lease, "process": PROCESS})
     pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
     pipe.zadd(keys.CHAT_ANSWERS, {str(message_id): time.time()})
     return owner
 
 
-def write_in(pipe, owner: Claim, entry_id: str, frame: bytes, ttl: int | None) -> None:
-    """Add one fenced, idempotent frame write to `pipe`; its reply is the entry id, 0 when it was
-    there already, or a FENCED error."""
+def write_in(pipe, owner: Claim, position: int, frame: bytes, ttl: int | None) -> None:
+    """Add one fenced, idempotent, in-order frame write to `pipe`; its reply is the entry id, 0 when
+    the frame was there already, or a FENCED or GAP error (`refusal`)."""
     WRITE.add_to(
         pipe,
         [keys.chat_stream(owner.message_id), keys.chat_answer_owner(owner.message_id)],
-        [*owner.fields(), entry_id, frame, settings.CHAT_STREAM_MAX_ENTRIES, ttl or 0],
+        [*owner.fields(), position, frame, settings.CHAT_STREAM_MAX_ENTRIES, ttl or 0],
     )
 
 
-def is_fenced(error: Exception) -> bool:
-    return "FENCED" in str(error)
+class Gap(Exception):
+    """The stream lacks frames before this one (Redis lost them): write from `position` on."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"the stream ends before position {position}")
+        self.position = position
+
+
+def refusal(error: Exception) -> Exception | None:
+    """Fenced or Gap for a write's error reply that is one; None for any other error."""
+    text = str(error)
+    if text.startswith("FENCED"):
+        return Fenced()
+    if text.startswith("GAP "):
+        return Gap(int(text.removeprefix("GAP ")))
+    return None
 
 
 async def beat(r: aioredis.Redis, owner: Claim) -> bool:
@@ -176,7 +206,7 @@ async def claim(r: aioredis.Redis, message_id: int) -> Claim | None:
     """Own a stale answer: exactly one of the processes that try it gets the Claim."""
     before = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
     keys_ = [keys.chat_answer_owner(message_id), keys.CHAT_ANSWERS]
-    got = await CLAIM(r, keys_, [message_id, before, time.time()])
+    got = await CLAIM(r, keys_, [message_id, before, time.time(), PROCESS])
     if got is None:
         return None
     fence, user, lease = got

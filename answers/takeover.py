@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 import redisconn
 from answers import ownership
 from frontend import admission, protocol, services, streams
-from frontend.generation import ABANDONED, Generation
+from frontend.generation import ABANDONED, RUNNING, Generation
 from frontend.models import Message
 from inference.client import EngineClient
 
@@ -66,9 +66,12 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
 
 
 async def scan(r: aioredis.Redis, engine: EngineClient) -> list[Generation]:
-    """Claim and continue the stale answers this process wins."""
+    """Claim and continue the stale answers this process wins; never one it runs itself (its
+    heartbeat was only late: Redis was away)."""
     taken = []
     for message_id in await ownership.stale(r):
+        if message_id in RUNNING:
+            continue
         claim = await ownership.claim(r, message_id)
         if claim is not None and (generation := await take_over(r, claim, engine)) is not None:
             taken.append(generation)
@@ -76,13 +79,22 @@ async def scan(r: aioredis.Redis, engine: EngineClient) -> list[Generation]:
 
 
 async def keep_scanning(engine: EngineClient, stopped: asyncio.Event) -> None:
-    """Scan until `stopped` is set (the process drains: it takes no more answers)."""
+    """Scan until `stopped` is set (the process drains: it takes no more answers).
+
+    After Redis was away, every heartbeat is late: the scan waits CHAT_TAKEOVER_AFTER_SECONDS
+    more, so that the processes that are alive beat again before any of their answers is claimed."""
     r = redisconn.client()
+    loop = asyncio.get_running_loop()
+    away_until = 0.0
     while not stopped.is_set():
         try:
-            await scan(r, engine)
+            if loop.time() >= away_until:
+                await scan(r, engine)
+            else:
+                await r.ping()
         except (RedisError, OSError) as exc:
             log.warning("answer takeover: Redis is away (%s)", exc)
+            away_until = loop.time() + settings.CHAT_TAKEOVER_AFTER_SECONDS
         except Exception:
             log.exception("answer takeover: a scan failed")
         try:

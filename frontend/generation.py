@@ -316,24 +316,35 @@ class Generation:
             await streams.publish(r, self.owner, position, frame)
         except ownership.Fenced:
             self.stop("superseded")
+        except ownership.Gap as gap:
+            self._fall_behind(r, gap.position, gap)
         except RedisError as exc:
-            log.warning("answer %s: Redis is away (%s); its frames wait in memory", self.message_id, exc)
-            self._catching_up = asyncio.create_task(
-                self._catch_up(r, len(self._frames) - 1), name=f"catch-up-{self.message_id}"
-            )
+            self._fall_behind(r, position, exc)
 
-    async def _catch_up(self, r: aioredis.Redis, index: int) -> None:
-        """Write the frames from `_frames[index]` on, in order, once Redis answers again: each
-        at its position, so one written before the failure is not written twice."""
+    def _fall_behind(self, r: aioredis.Redis, position: int, why: Exception) -> None:
+        log.warning("answer %s: its frames wait in memory from %s (%s)", self.message_id, position, why)
+        self._catching_up = asyncio.create_task(
+            self._catch_up(r, position), name=f"catch-up-{self.message_id}"
+        )
+
+    async def _catch_up(self, r: aioredis.Redis, position: int) -> None:
+        """Write the frames from `position` on, in order, once Redis answers again: each at its
+        position, so one written before the failure is not written twice, and from wherever the
+        stream ends if Redis lost some."""
         delay = 0.25
         while True:
+            index = next((i for i, (p, _) in enumerate(self._frames) if p >= position), len(self._frames))
             try:
                 while index < len(self._frames):
-                    await streams.publish(r, self.owner, *self._frames[index])
+                    position, frame = self._frames[index]
+                    await streams.publish(r, self.owner, position, frame)
                     index += 1
             except ownership.Fenced:
                 self.stop("superseded")
                 return
+            except ownership.Gap as gap:
+                position = gap.position
+                continue
             except RedisError:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)

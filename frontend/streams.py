@@ -62,9 +62,10 @@ async def open_stream(r: aioredis.Redis, message_id: int, *, user_id: int, lease
 async def publish(r: aioredis.Redis, owner: Claim, position: int, frame: dict) -> None:
     """Append the frame at `position` (a token's seq; the closing frame takes the next one), as
     the answer's owner: ownership.Fenced when another process owns it now; a frame already at
-    that position (written before Redis went away and came back) is left as it is."""
+    that position (written before Redis went away and came back) is left as it is; ownership.Gap
+    when frames before it are missing (Redis lost them): write from the position it names."""
     ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
-    await _writer(r).write(r, owner, _entry_id(position), frame, ttl)
+    await _writer(r).write(r, owner, position, frame, ttl)
 
 
 class _FrameWriter:
@@ -97,8 +98,8 @@ class _FrameWriter:
             for (*_, future), outcome in zip(batch, outcomes, strict=True):
                 if future.done():  # its writer was cancelled (a stop): the frame is written all the same
                     continue
-                if isinstance(outcome, ResponseError) and ownership.is_fenced(outcome):
-                    future.set_exception(ownership.Fenced())
+                if isinstance(outcome, ResponseError) and (refused := ownership.refusal(outcome)):
+                    future.set_exception(refused)
                 elif isinstance(outcome, Exception):
                     future.set_exception(outcome)
                 else:
@@ -117,8 +118,8 @@ async def _execute(r: aioredis.Redis, batch: list) -> list:
 
 async def _write_all(r: aioredis.Redis, batch: list) -> list:
     async with r.pipeline(transaction=False) as pipe:
-        for owner, entry_id, frame, ttl, _ in batch:
-            ownership.write_in(pipe, owner, entry_id, orjson.dumps(frame), ttl)
+        for owner, position, frame, ttl, _ in batch:
+            ownership.write_in(pipe, owner, position, orjson.dumps(frame), ttl)
         replies = await pipe.execute(raise_on_error=False)
     if len(replies) != len(batch):
         raise RedisError("no reply for every frame")
@@ -153,6 +154,8 @@ async def written(r: aioredis.Redis, message_id: int) -> list[dict] | None:
 
 
 Quiet = Callable[[], Awaitable[dict | None]]
+# How long a follower waits for a Redis that went away before it gives up (a restart takes seconds).
+REDIS_AWAY_SECONDS = 30.0
 
 
 async def follow(
@@ -166,8 +169,19 @@ async def follow(
     key = keys.chat_stream(message_id)
     last = _entry_id(after)
     block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
+    loop, lost = asyncio.get_running_loop(), None
     while True:
-        result = await r.xread({key: last}, block=block_ms, count=256)
+        try:
+            result = await r.xread({key: last}, block=block_ms, count=256)
+        except (RedisError, OSError):
+            # A Redis restart: read on from where it left off once it is back, for a while.
+            redisconn.raise_if_cancelled()
+            lost = lost or loop.time()
+            if loop.time() - lost > REDIS_AWAY_SECONDS:
+                raise
+            await asyncio.sleep(0.5)
+            continue
+        lost = None
         redisconn.raise_if_cancelled()  # a follower whose reader left ends here
         if not result:
             if quiet is not None:

@@ -186,6 +186,9 @@ async def watch(
                 log.warning(
                     "answer %s: heartbeat lost its Redis connection (%s); trying again", message_id, exc
                 )
+                # Soon: once Redis is back, a late heartbeat must not read as a dead process.
+                await asyncio.sleep(min(beat, 0.5))
+                continue
             else:
                 # Cancelled when the answer ends: a swallowed cancellation would keep the
                 # heartbeat and the admission slot alive after it.

@@ -23,11 +23,13 @@ def session_cookie(user) -> str:
     return client.cookies["sessionid"].value
 
 
-def open_chat(ws_url: str, origin: str, user) -> ClientConnection:
+def open_chat(ws_url: str, origin: str, user, *, cookie: str | None = None) -> ClientConnection:
+    """A chat socket of `user`: a new session, or `cookie`'s (a thread with no database connection
+    of its own opens one that way)."""
     return connect(
         ws_url,
         origin=origin,
-        additional_headers={"Cookie": f"sessionid={session_cookie(user)}"},
+        additional_headers={"Cookie": f"sessionid={cookie or session_cookie(user)}"},
         open_timeout=10,
     )
 

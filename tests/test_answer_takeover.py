@@ -213,3 +213,25 @@ async def test_a_claim_after_redis_lost_the_owner_record_goes_to_the_writer_that
     finally:
         await r.delete(keys.chat_stream(7002), keys.chat_answer_owner(7002))
         await r.zrem(keys.CHAT_ANSWERS, "7002")
+
+
+async def test_frames_redis_lost_in_a_restart_are_written_again_before_the_next(alice):
+    """Redis's append-only file is synced once a second: a SIGKILL can take the last frames with it
+    while their writer has heard them written. The next frame finds the gap and fills it first."""
+    gate = asyncio.Event()
+    answer, _ = await running_answer(alice, ["a", "b", "c", gate, "d", "e"])
+    assert await until(lambda: answer.seq == 3, 10)
+    r = redis_client()
+    assert tokens(await streams.written(r, answer.message_id)) == [(0, "a"), (1, "b"), (2, "c")]
+    # Positions 1 and 2 lost: the stream as an append-only file a second old gives it back.
+    stream = keys.chat_stream(answer.message_id)
+    kept = (await r.xrange(stream))[:2]
+    await r.delete(stream)
+    for entry_id, fields in kept:
+        await r.xadd(stream, fields, id=entry_id)
+    gate.set()
+    await asyncio.wait_for(answer.task, 10)
+    assert await until(lambda: answer._catching_up is None, 10)
+    written = await streams.written(r, answer.message_id)
+    assert tokens(written) == [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
+    assert written[-1]["type"] == "chat.done"

