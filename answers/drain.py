@@ -38,7 +38,7 @@ def draining() -> bool:
 
 async def drain(seconds: float) -> None:
     """Let this process's answers finish for up to `seconds`, then hand over the rest."""
-    from frontend.generation import RUNNING
+    from answers.run import RUNNING
 
     global _draining
     _draining = True
@@ -47,8 +47,9 @@ async def drain(seconds: float) -> None:
     while RUNNING and time.monotonic() < deadline:
         await asyncio.wait([g.task for g in RUNNING.values()], timeout=deadline - time.monotonic())
     leaving = list(RUNNING.values())
-    for generation in leaving:
-        generation.stop("handover")
+    for run in leaving:
+        # A chat answer goes on elsewhere; an API answer's one reader is a connection to this process.
+        run.stop("handover" if run.continuable else "draining")
     if leaving:
-        await asyncio.gather(*(g.task for g in leaving), return_exceptions=True)
-        log.info("draining: handed over %s answers", len(leaving))
+        await asyncio.gather(*(run.task for run in leaving), return_exceptions=True)
+        log.info("draining: handed over or ended %s answers", len(leaving))

@@ -57,12 +57,14 @@ return written
 """
 )
 
-# The owner's heartbeat: 1, or 0 when another process owns the answer now.
+# The owner's heartbeat, with what it says of the answer so far (ARGV[6..], field and value): 1,
+# or 0 when another process owns the answer now.
 _BEAT = (
     _OWNED
     + """
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+if #ARGV > 5 then redis.call('HSET', KEYS[1], unpack(ARGV, 6)) end
 return 1
 """
 )
@@ -124,11 +126,16 @@ class Fenced(Exception):
     """Another process owns the answer now: this one must stop writing it."""
 
 
+# The registry's name of an answer of the OpenAI-compatible API (a chat answer's is its message id).
+API_PREFIX = "api-"
+
+
 @dataclass(frozen=True)
 class Claim:
-    """An answer this process owns: its id, its fencing token, its user and admission lease."""
+    """An answer this process owns: its id (a chat message's id, or API_PREFIX and an API answer's
+    id), its fencing token, its user and admission lease."""
 
-    message_id: int
+    answer: int | str
     fence: int
     user_id: int
     lease: str
@@ -138,14 +145,17 @@ class Claim:
         return [self.fence, self.user_id, self.lease]
 
 
-def register_in(pipe: aioredis.client.Pipeline, message_id: int, *, user_id: int, lease: str) -> Claim:
-    """The commands that make the starting process the answer's owner (token 1), added to `pipe`."""
-    owner = Claim(message_id, 1, user_id, lease)
-    key = keys.chat_answer_owner(message_id)
+def register_in(
+    pipe: aioredis.client.Pipeline, answer: int | str, *, user_id: int, lease: str, **record: str
+) -> Claim:
+    """The commands that make the starting process the answer's owner (token 1), added to `pipe`;
+    `record`: more for whoever takes it over (an API answer's request)."""
+    owner = Claim(answer, 1, user_id, lease)
+    key = keys.chat_answer_owner(answer)
     pipe.delete(key)
-    pipe.hset(key, mapping={"fence": 1, "user": user_id, "lease": lease, "process": PROCESS})
+    pipe.hset(key, mapping={"fence": 1, "user": user_id, "lease": lease, "process": PROCESS, **record})
     pipe.expire(key, settings.CHAT_STREAM_TTL_SECONDS)
-    pipe.zadd(keys.CHAT_ANSWERS, {str(message_id): time.time()})
+    pipe.zadd(keys.CHAT_ANSWERS, {str(answer): time.time()})
     return owner
 
 
@@ -154,7 +164,7 @@ def write_in(pipe, owner: Claim, position: int, frame: bytes, ttl: int | None) -
     the frame was there already, or a FENCED or GAP error (`refusal`)."""
     WRITE.add_to(
         pipe,
-        [keys.chat_stream(owner.message_id), keys.chat_answer_owner(owner.message_id)],
+        [keys.chat_stream(owner.answer), keys.chat_answer_owner(owner.answer)],
         [*owner.fields(), position, frame, settings.CHAT_STREAM_MAX_ENTRIES, ttl or 0],
     )
 
@@ -177,42 +187,55 @@ def refusal(error: Exception) -> Exception | None:
     return None
 
 
-async def beat(r: aioredis.Redis, owner: Claim) -> bool:
-    """Refresh the answer's heartbeat; False when another process owns it now."""
-    keys_ = [keys.chat_answer_owner(owner.message_id), keys.CHAT_ANSWERS]
-    return bool(await BEAT(r, keys_, [*owner.fields(), time.time(), owner.message_id]))
+async def beat(r: aioredis.Redis, owner: Claim, so_far: dict[str, str | int] | None = None) -> bool:
+    """Refresh the answer's heartbeat, and keep `so_far` in its record (what a taker of an answer
+    it cannot continue records: an API answer's usage); False when another process owns it now."""
+    keys_ = [keys.chat_answer_owner(owner.answer), keys.CHAT_ANSWERS]
+    pairs = [item for pair in (so_far or {}).items() for item in pair]
+    return bool(await BEAT(r, keys_, [*owner.fields(), time.time(), owner.answer, *pairs]))
 
 
 async def leave(r: aioredis.Redis, owner: Claim, *, handover: bool = False) -> bool:
     """The owner lets go: the answer ended (out of the registry), or, with `handover`, it is left
     for another process to take at once. False when the owner had already changed."""
-    keys_ = [keys.chat_answer_owner(owner.message_id), keys.CHAT_ANSWERS]
-    args = [
-        owner.fence,
-        "handover" if handover else "end",
-        owner.message_id,
-        settings.CHAT_STREAM_TTL_SECONDS,
-    ]
+    keys_ = [keys.chat_answer_owner(owner.answer), keys.CHAT_ANSWERS]
+    args = [owner.fence, "handover" if handover else "end", owner.answer, settings.CHAT_STREAM_TTL_SECONDS]
     return bool(await LEAVE(r, keys_, args))
 
 
-async def stale(r: aioredis.Redis, *, limit: int = 16) -> list[int]:
+def kind(answer: int | str) -> str:
+    """ "api" for an answer of the OpenAI-compatible API, "chat" for a chat message's."""
+    return "api" if isinstance(answer, str) and answer.startswith(API_PREFIX) else "chat"
+
+
+def _answer(member: bytes) -> int | str:
+    name = member.decode()
+    return name if name.startswith(API_PREFIX) else int(name)
+
+
+async def stale(r: aioredis.Redis, *, limit: int = 16) -> list[int | str]:
     """Answers whose owner has not beaten for CHAT_TAKEOVER_AFTER_SECONDS, oldest first."""
     before = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
-    return [int(m) for m in await r.zrangebyscore(keys.CHAT_ANSWERS, "-inf", before, start=0, num=limit)]
+    return [_answer(m) for m in await r.zrangebyscore(keys.CHAT_ANSWERS, "-inf", before, start=0, num=limit)]
 
 
-async def claim(r: aioredis.Redis, message_id: int) -> Claim | None:
+async def claim(r: aioredis.Redis, answer: int | str) -> Claim | None:
     """Own a stale answer: exactly one of the processes that try it gets the Claim."""
     before = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
-    keys_ = [keys.chat_answer_owner(message_id), keys.CHAT_ANSWERS]
-    got = await CLAIM(r, keys_, [message_id, before, time.time(), PROCESS])
+    keys_ = [keys.chat_answer_owner(answer), keys.CHAT_ANSWERS]
+    got = await CLAIM(r, keys_, [answer, before, time.time(), PROCESS])
     if got is None:
         return None
     fence, user, lease = got
-    return Claim(message_id, int(fence), int(user), lease.decode() if isinstance(lease, bytes) else lease)
+    return Claim(answer, int(fence), int(user), lease.decode() if isinstance(lease, bytes) else lease)
 
 
-async def last_beat(r: aioredis.Redis, message_id: int) -> float | None:
+async def record(r: aioredis.Redis, owner: Claim) -> dict[str, str]:
+    """The owner record of an answer: what it was registered with and its last heartbeat's `so_far`."""
+    fields = await r.hgetall(keys.chat_answer_owner(owner.answer))
+    return {name.decode(): value.decode() for name, value in fields.items()}
+
+
+async def last_beat(r: aioredis.Redis, answer: int | str) -> float | None:
     """When the answer's owner last beat (a claim counts), or None when it is not running."""
-    return await r.zscore(keys.CHAT_ANSWERS, str(message_id))
+    return await r.zscore(keys.CHAT_ANSWERS, str(answer))

@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "apitokens",
     "jobs",
     "frontend",
+    "openai_api",
     "monitoring",
     "csp",
     "accounts",

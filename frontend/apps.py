@@ -6,4 +6,11 @@ class FrontendConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self) -> None:
-        from frontend import signals  # noqa: F401 - connects the receivers
+        from answers import takeover
+        from frontend import (
+            generation,
+            signals,  # noqa: F401 - connects the receivers
+        )
+
+        # A process that finds a chat answer's process dead continues it (frontend.generation).
+        takeover.TAKERS["chat"] = generation.take_over

@@ -56,6 +56,9 @@ class ChatRequest:
 @dataclass(frozen=True)
 class TextDelta:
     text: str
+    # The prompt's tokens as the engine counted them, on the first delta: what a request that is
+    # stopped before its end (and so never gets its Completion) cost.
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,8 @@ class OpenAIEngineClient:
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            # Usage on every chunk: the first tells the prompt's size, whenever the answer ends.
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "priority": request.priority,
         }
         if request.cache_salt:
@@ -288,10 +292,15 @@ class OpenAIEngineClient:
                 try:
                     if response.status >= 400:
                         raise _status_error(response.status, await response.read())
+                    prompt_told = False
                     async for received in response.content.iter_any():
                         text = reader.feed(received)
                         if text:
-                            yield TextDelta(text)
+                            if prompt_told or reader.usage is None:
+                                yield TextDelta(text)
+                            else:
+                                prompt_told = True
+                                yield TextDelta(text, prompt_tokens=reader.usage.get("prompt_tokens"))
                 finally:
                     if not response.content.at_eof():
                         # Left early (a stop, a deadline): drop the connection, and vLLM aborts

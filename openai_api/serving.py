@@ -1,15 +1,17 @@
-"""One OpenAI-API answer: admitted, sent to the engine and timed as a chat answer is.
+"""One OpenAI-API answer: the life every answer has (answers.run), with the HTTP response as its sink.
 
-The chat's answers go through the store and a Redis stream because a browser may leave and
-resume; an API client cannot resume, so its answer streams straight from the engine to the
-response. What both share is everything that guards the engine: admission control (the same
-slots and per-user rate), the user's cache salt, the chat's priority, its deadlines, the
-circuit breaker of the engine client, and the metrics.
+The chat's answers go through a Redis stream because a browser may leave and resume; an API
+client cannot resume, so its tokens go straight to the response, through `events`: TextDelta,
+then one Completion, or the OpenAIError the answer failed with. What the run shares with the chat
+is everything that guards the engine and counts: admission control (the same slots and per-user
+rate), the user's cache salt, the chat's priority, its deadlines, the circuit breaker of the engine
+client, the metrics, the usage record with the prompt of a stopped request, the heartbeat.
 
-The engine is read by a task of its own, so the deadlines measure the engine and not how fast
-the client reads; the response reads the task's queue. A client that goes away stops the
-answer (`stop()`), which aborts the engine request. With `store`, the exchange is written to
-the conversation store once it ends.
+A client that goes away stops the answer (`stop()`), which aborts the engine request. With
+`store`, the exchange is written to the conversation store once it ends. A process that dies
+mid-answer ends its client's connection (there is nothing to resume); another web process that
+finds the answer's heartbeat stale records what its last heartbeat said of it (answers.takeover):
+its usage, and with `store` the exchange with the text the client had received by then.
 """
 
 import asyncio
@@ -18,25 +20,26 @@ import hashlib
 import json
 import logging
 import time
-from contextlib import aclosing
 
+import orjson
+import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 
 import redisconn
-from frontend import admission, metrics, outcomes, services
-from frontend.deadlines import Deadlines
-from frontend.generation import cache_salt_for
-from frontend.models import Message
-from frontend.protocol import Refusal
-from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
-from logcontext import bind_log_context
+from answers import admission, ownership, watcher
+from answers.run import COMPLETE, AnswerRun, Outcome, cache_salt_for
+from frontend import services
+from inference.client import ChatRequest, Completion, EngineClient, TextDelta
 from openai_api import protocol
 from usage.models import UsageDay
 from usage.services import usage_check, usage_record
 
 log = logging.getLogger(__name__)
+
+ABANDONED = "The web process answering this request stopped before it finished."
 
 
 def affinity(user_id: int, messages: list[dict[str, str]]) -> str:
@@ -46,135 +49,149 @@ def affinity(user_id: int, messages: list[dict[str, str]]) -> str:
     return f"api-{user_id}-{hashlib.sha256(head).hexdigest()[:16]}"
 
 
-class ApiAnswer:
-    """One answer: its engine task, and the queue of what it sent: TextDelta, then one Completion,
-    or the OpenAIError the answer failed with."""
+class ApiAnswer(AnswerRun):
+    """One answer, and the queue of what it sent: TextDelta, then one Completion, or the OpenAIError
+    the answer failed with."""
 
-    def __init__(self, *, user: AbstractBaseUser, chat: protocol.ChatCompletionRequest, engine: EngineClient):
-        self.id = protocol.completion_id()
+    usage_source = UsageDay.Source.API
+    continuable = False
+
+    def __init__(
+        self,
+        *,
+        user: AbstractBaseUser,
+        chat: protocol.ChatCompletionRequest,
+        engine: EngineClient,
+        owner: ownership.Claim,
+        lease: admission.Lease,
+        answer_id: str,
+    ):
+        super().__init__(user_id=user.pk, engine=engine, owner=owner, lease=lease)
+        self.id = answer_id
         self.created = int(time.time())
         self.chat = chat
         self._user = user
-        self._engine = engine
-        self._lease: admission.Lease | None = None
         self.events: asyncio.Queue[TextDelta | Completion | protocol.OpenAIError] = asyncio.Queue()
-        self.task: asyncio.Task | None = None
 
-    def _request(self) -> ChatRequest:
+    def log_context(self) -> dict:
+        return {"request_id": self.id}
+
+    def stop(self, reason: str = "api_client") -> None:
+        """The client went away (or the process drains): the engine request is aborted."""
+        super().stop(reason)
+
+    def so_far(self) -> dict:
+        figures = {"prompt_tokens": self.prompt_tokens or 0, "completion_tokens": self.seq}
+        return {**figures, "content": "".join(self.parts)} if self.chat.store else figures
+
+    async def request(self) -> ChatRequest:
         return ChatRequest(
             messages=self.chat.messages,
             max_tokens=self.chat.max_tokens,
             min_tokens=self.chat.min_tokens,
             temperature=self.chat.temperature,
             priority=settings.CHAT_PRIORITY,
-            cache_salt=cache_salt_for(self._user.pk),
+            cache_salt=cache_salt_for(self.user_id),
             request_id=self.id,
-            affinity=affinity(self._user.pk, self.chat.messages),
+            affinity=affinity(self.user_id, self.chat.messages),
             sampling=self.chat.sampling,
             model=self.chat.model,
         )
 
-    async def start(self) -> None:
-        """Take an admission slot and start reading the engine; Refusal `quota_exceeded` when the
-        user's daily quota is spent, `busy` when admission control is full."""
-        await database_sync_to_async(usage_check)(user=self._user)
+    async def token(self, r: aioredis.Redis, seq: int, text: str) -> None:
+        self.events.put_nowait(TextDelta(text))
+
+    async def finish(self, r: aioredis.Redis, outcome: Outcome) -> None:
+        # Recorded before the client hears of the end (a stopped answer's client has gone).
         try:
-            self._lease = await admission.admit(redisconn.client(), user_id=self._user.pk)
-        except Refusal as refusal:
-            metrics.admission_refused(refusal.extra["reason"])
-            raise
-        # A fresh context: the task outlives the view's call, whose thread its ORM calls would use.
-        self.task = asyncio.create_task(
-            self._run(), name=f"api-answer-{self.id}", context=contextvars.Context()
-        )
-
-    def stop(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
-    async def _run(self) -> None:
-        bind_log_context(request_id=self.id)
-        r = redisconn.client()
-        keeper = asyncio.create_task(admission.hold(r, self._lease))
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        clock = metrics.TokenClock(started)
-        parts: list[str] = []
-        ttft: float | None = None
-        completion = Completion(finish_reason="")
-        status, error_code, note = Message.Status.STOPPED, "", ""
-        metrics.generation_started()
-        try:
-            async with Deadlines(started).enforced() as deadlines:
-                async with aclosing(self._engine.stream_chat(self._request())) as stream:
-                    async for event in stream:
-                        if isinstance(event, TextDelta):
-                            clock.tick(loop.time())
-                            ttft = loop.time() - started if ttft is None else ttft
-                            parts.append(event.text)
-                            deadlines.token_arrived()
-                        else:
-                            completion = event
-                        self.events.put_nowait(event)
-            status = Message.Status.COMPLETE
-        except asyncio.CancelledError:
-            note = "The API client went away before the answer finished."
-            raise
-        except Exception as exc:
-            status, error_code, note = await outcomes.reported_failure(r, exc, f"API answer {self.id}")
-            retry_after = exc.extra.get("retry_after") if isinstance(exc, EngineError) else None
-            self.events.put_nowait(protocol.OpenAIError.from_code(error_code, note, retry_after=retry_after))
-        finally:
-            keeper.cancel()
-            await admission.release(r, self._lease)
-            metrics.generation_ended()
-            seconds = loop.time() - started
-            metrics.generation_finished(status, completion.completion_tokens, seconds, ttft_seconds=ttft)
-            finish_reasons = {
-                Message.Status.COMPLETE: completion.finish_reason,
-                Message.Status.STOPPED: "abort",
-            }
-            await self._record(
-                content="".join(parts),
-                status=status,
-                error_code=error_code,
-                note=note,
-                finish_reason=finish_reasons.get(status, ""),
-                prompt_tokens=completion.prompt_tokens,
-                cached_tokens=completion.cached_tokens,
-                # An answer cut short has no engine figures: its streamed tokens count (about one a delta).
-                completion_tokens=completion.completion_tokens or len(parts),
-                ttft_ms=None if ttft is None else round(ttft * 1000, 1),
-                duration_ms=round(seconds * 1000, 1),
-            )
-
-    async def _record(self, **answer) -> None:
-        """Count the answer's tokens, always, and store the exchange when the client asked to."""
-
-        def record() -> None:
-            usage_record(
-                user_id=self._user.pk,
-                source=UsageDay.Source.API,
-                prompt_tokens=answer["prompt_tokens"],
-                cached_tokens=answer["cached_tokens"],
-                completion_tokens=answer["completion_tokens"],
-            )
-            if self.chat.store:
-                services.api_exchange_store(
-                    user=self._user, messages=self.chat.messages, model_name=self.chat.model, answer=answer
-                )
-
-        try:
-            await database_sync_to_async(record)()
+            await database_sync_to_async(self._record)(outcome)
         except Exception:
-            # The client has its answer already; a failed write is logged, not raised into it.
+            # The client has its answer; a failed write is logged, not raised into it.
             log.exception("API answer %s could not be recorded", self.id)
+        if outcome.status == COMPLETE:
+            self.events.put_nowait(
+                Completion(
+                    outcome.finish_reason,
+                    prompt_tokens=outcome.prompt_tokens,
+                    cached_tokens=outcome.cached_tokens,
+                    completion_tokens=outcome.completion_tokens,
+                )
+            )
+        elif outcome.error_code:
+            retry_after = outcome.extra.get("retry_after")
+            error = protocol.OpenAIError.from_code(
+                outcome.error_code, outcome.detail, retry_after=retry_after
+            )
+            self.events.put_nowait(error)
+
+    def _record(self, outcome: Outcome) -> None:
+        """Count the answer's tokens, always, and store the exchange when the client asked to."""
+        self.record_usage(outcome)
+        if self.chat.store:
+            answer = {**outcome.stored(), "completion_tokens": outcome.completion_tokens or self.seq}
+            services.api_exchange_store(
+                user=self._user,
+                messages=self.chat.messages,
+                model_name=self.chat.model,
+                answer={**answer, "content": "".join(self.parts)},
+            )
 
 
 async def answer_start(
     *, user: AbstractBaseUser, chat: protocol.ChatCompletionRequest, engine: EngineClient
 ) -> ApiAnswer:
-    """Admit and start an answer; Refusal `quota_exceeded` or `busy` when it may not start."""
-    answer = ApiAnswer(user=user, chat=chat, engine=engine)
-    await answer.start()
+    """Admit and start an answer; Refusal `quota_exceeded` when the user's daily quota is spent,
+    `busy` when admission control is full (or this process drains)."""
+    await database_sync_to_async(usage_check)(user=user)
+    r = redisconn.client()
+    lease = await admission.admit_answer(r, user_id=user.pk)
+    answer_id = protocol.completion_id()
+    # What a process that finds it dead needs to record it.
+    stored = {"messages": chat.messages, "model": chat.model}
+    record = {"store": orjson.dumps(stored).decode()} if chat.store else {}
+    async with r.pipeline(transaction=True) as pipe:
+        owner = ownership.register_in(
+            pipe, ownership.API_PREFIX + answer_id, user_id=user.pk, lease=lease.member, **record
+        )
+        await pipe.execute()
+    answer = ApiAnswer(user=user, chat=chat, engine=engine, owner=owner, lease=lease, answer_id=answer_id)
+    # A fresh context: the task outlives the view's call, whose thread its ORM calls would use.
+    contextvars.Context().run(answer.start)
     return answer
+
+
+async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineClient) -> None:
+    """An API answer claimed from a dead process (answers.takeover): its client's connection died
+    with it, so it is recorded, not continued, and its slot given back."""
+    record = await ownership.record(r, claim)
+    await database_sync_to_async(abandoned_record)(claim, record)
+    await watcher.release(r, claim, admission.Lease(claim.user_id, claim.lease) if claim.lease else None)
+    log.info("API answer %s of a process that stopped: recorded", claim.answer)
+
+
+def abandoned_record(claim: ownership.Claim, record: dict[str, str]) -> None:
+    """Record an API answer whose process died, from its last heartbeat: its usage, and with
+    `store` the exchange as far as its client received it (answers.takeover)."""
+    completion = int(record.get("completion_tokens") or 0)
+    usage_record(
+        user_id=claim.user_id,
+        source=UsageDay.Source.API,
+        prompt_tokens=int(record.get("prompt_tokens") or 0),
+        cached_tokens=None,
+        completion_tokens=completion,
+    )
+    if "store" in record:
+        request = orjson.loads(record["store"])
+        services.api_exchange_store(
+            user=get_user_model().objects.get(pk=claim.user_id),
+            messages=request["messages"],
+            model_name=request["model"],
+            answer={
+                "content": record.get("content", ""),
+                "status": "interrupted",
+                "error_code": "interrupted",
+                "note": ABANDONED,
+                "prompt_tokens": int(record.get("prompt_tokens") or 0) or None,
+                "completion_tokens": completion or None,
+            },
+        )

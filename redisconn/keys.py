@@ -6,14 +6,14 @@ jobs:  written and read by bulk job runners (jobs/).
 Rate limits are kept by the `limits` package under its own prefix, in these namespaces.
 """
 
-# Leases of the answers generating now, scored by expiry (frontend.admission).
+# Leases of the answers generating now, scored by expiry (answers.admission).
 CHAT_ACTIVE = "chat:generations:active"
 # Every answer's stop channel (chat_stop_channel), as a pattern: one subscription of a web
-# process hears them all (frontend.watcher).
+# process hears them all (answers.watcher).
 CHAT_STOP_CHANNELS = "chat:stop:*"
 # Every running answer, scored by its owner's last heartbeat (answers.ownership).
 CHAT_ANSWERS = "chat:answers"
-# Per-minute chat message windows, per user id (frontend.admission).
+# Per-minute chat message windows, per user id (answers.admission).
 CHAT_MESSAGES_LIMIT = "chat-messages"
 # Changes to conversations (create, rename, delete, settings), per user id (frontend.rates).
 CHAT_CHANGES_LIMIT = "chat-changes"
@@ -43,9 +43,10 @@ def chat_stream(message_id: int) -> str:
     return f"chat:stream:{message_id}"
 
 
-def chat_answer_owner(message_id: int) -> str:
-    """Who owns a running answer: its fencing token, user and admission lease (answers.ownership)."""
-    return f"chat:owner:{message_id}"
+def chat_answer_owner(answer: int | str) -> str:
+    """Who owns a running answer (a chat message's id, or an API answer's): its fencing token, user
+    and admission lease (answers.ownership)."""
+    return f"chat:owner:{answer}"
 
 
 def chat_stop_channel(message_id: int) -> str:

@@ -15,6 +15,8 @@ from inference.client import ChatRequest, Completion, EngineError, EngineLoad, T
 
 
 class FakeEngine:
+    PROMPT_TOKENS = 10
+
     def __init__(
         self,
         script: Sequence | None = None,
@@ -61,7 +63,8 @@ class FakeEngine:
             for step in script:
                 if isinstance(step, str):
                     deltas += 1
-                    yield TextDelta(step)
+                    # The prompt's count on the first delta, as the engine's usage on every chunk gives it.
+                    yield TextDelta(step, prompt_tokens=self.PROMPT_TOKENS if deltas == 1 else None)
                 elif isinstance(step, asyncio.Event):
                     await step.wait()
                 else:
@@ -71,7 +74,9 @@ class FakeEngine:
             if self.hang:
                 await asyncio.Event().wait()
             finished = True
-            yield Completion("stop", prompt_tokens=10, cached_tokens=0, completion_tokens=deltas)
+            yield Completion(
+                "stop", prompt_tokens=self.PROMPT_TOKENS, cached_tokens=0, completion_tokens=deltas
+            )
         finally:
             self.active -= 1
             if not finished:

@@ -15,10 +15,12 @@ from django.contrib.auth import get_user_model
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from answers import drain, ownership, takeover
+from answers.run import RUNNING
 from frontend import generation as generation_module
 from frontend import services, streams
 from frontend.generation import Generation, follow
 from frontend.models import Message
+from inference.client import EngineError
 from redisconn import client as redis_client
 from redisconn import keys
 from tests.fake_engine import FakeEngine
@@ -41,12 +43,12 @@ async def running_answer(user, script, **engine) -> tuple[Generation, FakeEngine
     return generation, fake
 
 
-async def died(generation: Generation) -> None:
+async def died(run) -> None:
     """The answer's process dies: its task stops without a word, its heartbeat is long past."""
-    generation._stop_reason = "superseded"  # nothing stored, nothing released: as a SIGKILL leaves it
-    generation.task.cancel()
-    await asyncio.gather(generation.task, return_exceptions=True)
-    await redis_client().zadd(keys.CHAT_ANSWERS, {str(generation.message_id): time.time() - 3600})
+    run._stop_reason = "superseded"  # nothing stored, nothing released: as a SIGKILL leaves it
+    run.task.cancel()
+    await asyncio.gather(run.task, return_exceptions=True)
+    await redis_client().zadd(keys.CHAT_ANSWERS, {str(run.owner.answer): time.time() - 3600})
 
 
 def tokens(frames: list[dict]) -> list[tuple[int, str]]:
@@ -107,7 +109,7 @@ async def test_an_answer_that_cannot_be_continued_ends_with_an_error_frame_and_i
     dead, _ = await running_answer(alice, ["Half "], hang=True)
     assert await until(lambda: dead.seq == 1, 10)
     await died(dead)
-    down = FakeEngine(fail_with=generation_module.EngineError("no engine", code="engine_unavailable"))
+    down = FakeEngine(fail_with=EngineError("no engine", code="engine_unavailable"))
     [continued] = await takeover.scan(redis_client(), down)
     await asyncio.wait_for(continued.task, 10)
     frames = [frame async for frame in streams.follow(redis_client(), dead.message_id)]
@@ -164,7 +166,7 @@ async def test_a_follower_of_an_answer_no_process_continues_ends_within_seconds(
     dead, _ = await running_answer(alice, ["Left "], hang=True)
     assert await until(lambda: dead.seq == 1, 10)
     await died(dead)
-    generation_module.RUNNING.pop(dead.message_id, None)
+    RUNNING.pop(dead.message_id, None)
     started = time.monotonic()
     frames = [frame async for frame in follow(dead.message_id)]
     assert time.monotonic() - started < 5
@@ -235,3 +237,31 @@ async def test_frames_redis_lost_in_a_restart_are_written_again_before_the_next(
     written = await streams.written(r, answer.message_id)
     assert tokens(written) == [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
     assert written[-1]["type"] == "chat.done"
+
+
+async def test_an_api_answer_whose_process_died_is_recorded_as_far_as_its_client_received_it(alice, settings):
+    from openai_api import protocol as api_protocol
+    from openai_api import serving
+    from usage.models import UsageDay
+
+    settings.CHAT_HEARTBEAT_SECONDS = 0.1
+    body = {"model": settings.INFERENCE_MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}]}
+    chat = api_protocol.chat_completion_request({**body, "store": True, "stream": True})
+    answer = await serving.answer_start(user=alice, chat=chat, engine=FakeEngine(["Part", "ial"], hang=True))
+    assert [await answer.events.get() for _ in range(2)] == [
+        serving.TextDelta("Part"),
+        serving.TextDelta("ial"),
+    ]
+    r = redis_client()
+    owner = keys.chat_answer_owner(answer.owner.answer)
+    for _ in range(200):  # a heartbeat after the second token
+        if await r.hget(owner, "content") == b"Partial":
+            break
+        await asyncio.sleep(0.02)
+    await died(answer)
+    assert await takeover.scan(r, FakeEngine()) == []  # recorded, not continued: its reader is gone
+    usage = await UsageDay.objects.aget(user=alice, source="api")
+    assert (usage.prompt_tokens, usage.completion_tokens) == (FakeEngine.PROMPT_TOKENS, 2)
+    stored = await Message.objects.aget(conversation__owner=alice, role="assistant")
+    assert (stored.status, stored.content) == ("interrupted", "Partial")
+    assert not await r.zscore(keys.CHAT_ANSWERS, answer.owner.answer)

@@ -17,8 +17,8 @@ from django.utils import timezone
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from answers import ownership
-from frontend import consumers, services, streams, watcher
+from answers import ownership, watcher
+from frontend import consumers, services, streams
 from frontend.generation import Generation
 from frontend.models import Conversation, Message
 from redisconn import client as redis_client

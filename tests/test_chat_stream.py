@@ -11,8 +11,9 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.contrib.auth import get_user_model
 from django.test import AsyncClient
 
+from answers import admission
 from apitokens.services import token_issue
-from frontend import admission, http_stream
+from frontend import http_stream
 from frontend.http_stream import EventStreamResponse
 from frontend.models import Conversation, Message
 from inference.client import EngineError

@@ -11,8 +11,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from answers.run import cache_salt_for
 from apitokens.services import token_issue
-from frontend.generation import cache_salt_for
 from frontend.models import Conversation, Message
 from tests.conftest import engine_gauge
 

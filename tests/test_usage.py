@@ -1,13 +1,15 @@
 """Usage and quotas: every chat, API and bulk answer counted per user per day, daily quotas per user or
 group refused with the reset time, the usage page, the admin and the dashboard's top users."""
 
+import asyncio
 import json
+from contextlib import aclosing
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.test import AsyncClient, Client
+from django.test import AsyncClient, AsyncRequestFactory, Client
 
 from apitokens.services import token_issue
 from frontend import consumers
@@ -17,6 +19,7 @@ from jobs.summarize import Summary
 from openai_api import views as openai_views
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
+from tests.waiting import until
 from usage import selectors
 from usage.models import DailyQuota, UsageDay
 from usage.services import usage_record
@@ -165,3 +168,39 @@ def test_it_lists_the_top_users_on_the_dashboard_and_their_days_in_the_admin(ali
     # A quota is for one user or one group: neither is refused with the form's error.
     neither = client.post("/admin/usage/dailyquota/add/", {"tokens": 1})
     assert neither.status_code == 200 and DailyQuota.objects.count() == 1
+
+
+async def test_a_stopped_answers_prompt_counts_in_the_chat_and_the_api(alice, monkeypatch, settings):
+    """Stopping every answer after its first token once made a long document's prompt free."""
+    settings.INFERENCE_MODEL_NAME = MODEL
+    fake = FakeEngine(["first "], hang=True)
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    monkeypatch.setattr(openai_views, "engine_client", lambda: fake)
+    communicator = await connected(alice)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "Hi"})
+    started = await communicator.receive_json_from(timeout=5)
+    assert (await communicator.receive_json_from(timeout=5))["type"] == "chat.token"
+    await communicator.send_json_to({"type": "chat.stop", "message": started["message"]})
+    stopped = (await until_closed(communicator))[-1]
+    await communicator.disconnect()
+    assert (stopped["status"], stopped["usage"]["prompt_tokens"]) == ("stopped", FakeEngine.PROMPT_TOKENS)
+    # An API client that hangs up after the first chunk (the view's own response: the test client
+    # would wrap its iterator in one that does not close it).
+    _, plain = await sync_to_async(token_issue)(user=alice, scopes=["openai"])
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    request = AsyncRequestFactory().post(
+        "/v1/chat/completions", body, "application/json", headers={"Authorization": f"Bearer {plain}"}
+    )
+    async with ThreadSensitiveContext():
+        response = await openai_views.chat_completions(request)
+        async with aclosing(aiter(response)) as chunks:
+            await anext(chunks), await anext(chunks)  # the role, the first token
+    assert await until(lambda: fake.aborted == 2, 10)
+    for _ in range(500):  # the API answer is recorded as its task ends, just after the abort
+        if "api" in await sync_to_async(rows)(alice):
+            break
+        await asyncio.sleep(0.02)
+    assert await sync_to_async(rows)(alice) == {
+        "chat": (1, FakeEngine.PROMPT_TOKENS, 0, 1),
+        "api": (1, FakeEngine.PROMPT_TOKENS, 0, 1),
+    }

@@ -25,7 +25,8 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import protocol
+from answers import drain
+from frontend import metrics, protocol
 from redisconn import keys
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,19 @@ def _rate_limiter() -> MovingWindowRateLimiter:
         storage = RedisStorage(redisconn.limits_storage_uri(asynchronous=True), implementation="redispy")
         limiter = _limiters[loop] = MovingWindowRateLimiter(storage)
     return limiter
+
+
+async def admit_answer(r: aioredis.Redis, *, user_id: int) -> Lease:
+    """`admit`, counted: the one way every answer (chat or API) is admitted. A draining process
+    (answers.drain) admits none."""
+    if drain.draining():
+        metrics.admission_refused("draining")
+        raise protocol.busy("draining", 1.0)
+    try:
+        return await admit(r, user_id=user_id)
+    except protocol.Refusal as refusal:
+        metrics.admission_refused(refusal.extra["reason"])
+        raise
 
 
 async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:

@@ -6,8 +6,8 @@ import logging
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from answers.deadlines import AnswerTimeout
 from frontend import metrics
-from frontend.deadlines import AnswerTimeout
 from frontend.models import Message
 from inference import state as engine_state
 from inference.client import EngineError
@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 STOP_NOTES = {
     "user": "Stopped by the user.",
     "disconnect": "The HTTP client went away before the answer finished.",
+    "api_client": "The API client went away before the answer finished.",
+    "draining": "The server restarted before the answer finished.",
 }
 
 

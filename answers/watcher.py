@@ -24,8 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 import redisconn
-from answers import ownership
-from frontend import admission
+from answers import admission, ownership
 from redisconn import keys
 
 log = logging.getLogger(__name__)
@@ -156,11 +155,13 @@ async def watch(
     owner: ownership.Claim,
     lease: admission.Lease | None,
     stop: Callable[[str], None],
+    so_far: Callable[[], dict] | None = None,
 ) -> None:
     """Keep the heartbeat and the lease fresh until cancelled; call `stop("user")` when asked
     to, `stop("superseded")` when another process owns the answer now. A Redis that is away
-    is tried again at every beat: the answer goes on meanwhile (frontend.generation)."""
-    message_id = owner.message_id
+    is tried again at every beat: the answer goes on meanwhile (answers.run). Each beat keeps
+    `so_far()` in the answer's owner record (answers.ownership.beat)."""
+    message_id = owner.answer
     beat = settings.CHAT_HEARTBEAT_SECONDS
     stops = _stops_of(r)
     asked = partial(stop, "user")
@@ -180,7 +181,7 @@ async def watch(
                     if lease is not None:
                         admission.refresh_in(pipe, lease)
                     replies = await pipe.execute()
-                owned = await ownership.beat(r, owner)
+                owned = await ownership.beat(r, owner, so_far() if so_far is not None else None)
             except (RedisError, OSError) as exc:
                 redisconn.raise_if_cancelled()
                 log.warning(
@@ -212,12 +213,12 @@ async def release(
     another process to continue at once; idempotent. False when Redis could not be reached."""
     try:
         async with r.pipeline(transaction=False) as pipe:
-            pipe.delete(keys.chat_stop_requested(owner.message_id))
+            pipe.delete(keys.chat_stop_requested(owner.answer))
             if lease is not None:
                 admission.release_in(pipe, lease)
             await pipe.execute()
         await ownership.leave(r, owner, handover=handover)
     except RedisError:
-        log.warning("answer %s: could not release its slot; its lease expires", owner.message_id)
+        log.warning("answer %s: could not release its slot; its lease expires", owner.answer)
         return False
     return True

@@ -1,0 +1,268 @@
+"""One answer's whole life, the same for every surface: admitted, requested, streamed within its time
+limits, ended (complete, stopped or failed), counted and stored.
+
+`AnswerRun` is that life; what differs between surfaces is where its tokens and its end go, its
+sink: the chat's answer (frontend.generation) writes frames to the answer's Redis stream, which
+any socket or SSE client follows and any web process can continue, and stores the message; the
+OpenAI-compatible API's (openai_api.serving) hands them to the one HTTP response waiting for them
+and records the exchange. Both run as a task of the web process that no connection owns, keep
+their admission slot and their heartbeat in Redis (answers.watcher, answers.ownership), and count
+the prompt of every request the engine started, stopped ones included.
+"""
+
+import asyncio
+import logging
+from contextlib import aclosing
+from dataclasses import asdict, dataclass, field
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+import redisconn
+from answers import admission, outcomes, ownership, watcher
+from answers.deadlines import Deadlines
+from frontend import metrics
+from inference.client import ChatRequest, Completion, EngineClient, EngineError
+from inference.isolation import cache_salt
+from logcontext import bind_log_context
+from usage.services import usage_record
+
+log = logging.getLogger(__name__)
+
+# Stops that end the answer here without ending it: another process continues it.
+LEAVING = frozenset({"superseded", "handover"})
+COMPLETE, STOPPED = "complete", "stopped"
+# The answers this process runs, by their registry name (answers.ownership): a stop from the same
+# process is a direct call, a drain waits for them, a scan never claims them.
+RUNNING: dict[int | str, "AnswerRun"] = {}
+
+
+def cache_salt_for(user_id: int) -> str | None:
+    """A per-user salt so the prefix cache never serves one user's history to another."""
+    return cache_salt("cache-salt", user_id) if settings.CHAT_CACHE_SALT_PER_USER else None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an answer ended: what is stored (`stored()`) and what its reader is told."""
+
+    status: str
+    finish_reason: str = ""
+    note: str = ""
+    error_code: str = ""
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    # A failure's detail and extras (retry_after), for its reader.
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def stored(self) -> dict:
+        """The fields of the stored answer (frontend.services.message_finish)."""
+        fields = asdict(self)
+        del fields["detail"], fields["extra"]
+        return fields
+
+
+class AnswerRun:
+    """One answer. Its state: the text so far (`parts`), the next token's `seq`, the time to its
+    first token, the note for the reader, the prompt's tokens and the engine's closing figures.
+    A sink says what the request is (`request`) and where tokens (`token`) and the end (`finish`) go."""
+
+    usage_source: str
+    # Whether another process can carry the answer on (a chat answer) or only record it (an API
+    # answer, whose one reader is a connection to this process).
+    continuable = True
+
+    def __init__(
+        self,
+        *,
+        user_id: int,
+        engine: EngineClient,
+        owner: ownership.Claim,
+        lease: admission.Lease | None,
+        earlier: list[str] = (),
+    ):
+        """`earlier`: the texts of the tokens an earlier owner streamed, when this one continues."""
+        self.user_id = user_id
+        self.engine = engine
+        self.owner = owner
+        self._lease = lease
+        self._stop_reason = "user"
+        self._stopping = False
+        self.task: asyncio.Task | None = None
+        self.parts: list[str] = list(earlier)
+        self.seq = len(earlier)
+        self.ttft_ms: float | None = None
+        self.note = ""
+        self.prompt_tokens: int | None = None
+        self.completion = Completion(finish_reason="")
+        # Tokens of the partial answer an earlier owner made (counted when this one continues it).
+        self.made = 0
+        self._started = 0.0
+
+    # What a sink provides.
+
+    async def request(self) -> ChatRequest | None:
+        """The engine request; None when the answer has nothing left to make."""
+        raise NotImplementedError
+
+    async def token(self, r: aioredis.Redis, seq: int, text: str) -> None:
+        """Pass on token `seq`."""
+        raise NotImplementedError
+
+    async def finish(self, r: aioredis.Redis, outcome: Outcome) -> None:
+        """Store and announce how the answer ended (`record_usage` counts it)."""
+        raise NotImplementedError
+
+    def log_context(self) -> dict:
+        raise NotImplementedError
+
+    def so_far(self) -> dict | None:
+        """What each heartbeat keeps of the answer for a process that cannot continue it."""
+        return None
+
+    def ended(self) -> None:
+        """The answer's task is ending (a sink wakes its followers)."""
+
+    # The life.
+
+    def start(self) -> asyncio.Task:
+        answer = self.owner.answer
+        self.task = asyncio.create_task(self._run(), name=f"answer-{answer}")
+        RUNNING[answer] = self
+        self.task.add_done_callback(lambda _: RUNNING.pop(answer, None))
+        return self.task
+
+    def stop(self, reason: str = "user") -> None:
+        """Cancel the answer once: a second stop (another tab, a repeated key) must not cut
+        short the storing and announcing of the stopped answer that the first one began.
+        `reason` "superseded" (another process owns it now) and "handover" (this process is
+        draining) end it here without ending it: nothing is stored or announced."""
+        if self.task is None or self._stopping:
+            return
+        self._stopping = True
+        self._stop_reason = reason
+        self.task.cancel()
+
+    async def _run(self) -> None:
+        bind_log_context(**self.log_context())
+        metrics.generation_started()
+        r = redisconn.client()
+        self._watcher = asyncio.create_task(
+            watcher.watch(r, self.owner, self._lease, self.stop, so_far=self.so_far)
+        )
+        try:
+            await self._generate(r)
+        finally:
+            self.ended()
+            metrics.generation_ended()
+            if self._stop_reason != "superseded":  # the slot and the answer are another's now
+                await self.release(r, handover=self._stop_reason == "handover")
+
+    async def release(self, r: aioredis.Redis, *, handover: bool = False) -> bool:
+        """Give back the slot and leave the answer (idempotent); False when Redis is away."""
+        self._watcher.cancel()
+        return await watcher.release(r, self.owner, self._lease, handover=handover)
+
+    def elapsed_ms(self) -> float:
+        return round((asyncio.get_running_loop().time() - self._started) * 1000, 1)
+
+    async def _generate(self, r: aioredis.Redis) -> None:
+        self._started = asyncio.get_running_loop().time()
+        try:
+            request = await self.request()
+            if request is None:
+                self.completion = Completion(finish_reason="length")
+            else:
+                await self._stream(r, request)
+        except asyncio.CancelledError:
+            if self._stop_reason not in LEAVING:
+                await self._end(r, self._stopped())
+            raise
+        except Exception as exc:
+            await self._end(r, await self._failed(r, exc))
+            return
+        await self._end(r, self._complete())
+
+    async def _stream(self, r: aioredis.Redis, request: ChatRequest) -> None:
+        """Pass on the engine's tokens as they come, within the answer's time limits."""
+        loop = asyncio.get_running_loop()
+        clock = metrics.TokenClock(self._started)
+        async with Deadlines(self._started).enforced() as deadlines:
+            # aclosing: leaving the loop closes the engine stream at once, aborting the request.
+            async with aclosing(self.engine.stream_chat(request)) as events:
+                async for event in events:
+                    if isinstance(event, Completion):
+                        self.completion = event
+                        continue
+                    clock.tick(loop.time())
+                    if self.ttft_ms is None:
+                        self.ttft_ms = self.elapsed_ms()
+                    if event.prompt_tokens is not None:
+                        self.prompt_tokens = event.prompt_tokens
+                    self.parts.append(event.text)
+                    # The position is taken before the token is passed on: a stop landing while
+                    # it is written must not give the closing frame the token's position.
+                    seq, self.seq = self.seq, self.seq + 1
+                    await self.token(r, seq, event.text)
+                    redisconn.raise_if_cancelled()  # a stop or deadline during the write
+                    deadlines.token_arrived()
+
+    def _complete(self) -> Outcome:
+        return Outcome(
+            status=COMPLETE,
+            finish_reason=self.completion.finish_reason,
+            note=self.note,
+            prompt_tokens=self.completion.prompt_tokens,
+            cached_tokens=self.completion.cached_tokens,
+            completion_tokens=(self.completion.completion_tokens or 0) + self.made or None,
+            ttft_ms=self.ttft_ms,
+            duration_ms=self.elapsed_ms(),
+        )
+
+    def _stopped(self) -> Outcome:
+        return Outcome(
+            status=STOPPED,
+            finish_reason="abort",
+            note=" ".join(filter(None, [self.note, outcomes.STOP_NOTES.get(self._stop_reason, "")])),
+            prompt_tokens=self.prompt_tokens,
+            ttft_ms=self.ttft_ms,
+            duration_ms=self.elapsed_ms(),
+        )
+
+    async def _failed(self, r: aioredis.Redis, exc: Exception) -> Outcome:
+        status, code, detail = await outcomes.reported_failure(r, exc, f"answer {self.owner.answer}")
+        return Outcome(
+            status=status,
+            error_code=code,
+            note=" ".join(filter(None, [self.note, detail])),
+            prompt_tokens=self.prompt_tokens,
+            ttft_ms=self.ttft_ms,
+            duration_ms=self.elapsed_ms(),
+            detail=detail,
+            extra=exc.extra if isinstance(exc, EngineError) else {},
+        )
+
+    async def _end(self, r: aioredis.Redis, outcome: Outcome) -> None:
+        metrics.generation_finished(
+            outcome.status,
+            outcome.completion_tokens,
+            outcome.duration_ms / 1000,
+            ttft_seconds=outcome.ttft_ms / 1000 if outcome.ttft_ms is not None else None,
+        )
+        await self.finish(r, outcome)
+
+    def record_usage(self, outcome: Outcome) -> None:
+        """Count the answer's tokens against the user's day (synchronous: in the store's commit).
+        An answer cut short has no engine figures: its streamed tokens count (about one a delta),
+        and its prompt as the engine counted it when it began."""
+        usage_record(
+            user_id=self.user_id,
+            source=self.usage_source,
+            prompt_tokens=outcome.prompt_tokens,
+            cached_tokens=outcome.cached_tokens,
+            completion_tokens=outcome.completion_tokens or self.seq,
+        )
