@@ -6,4 +6,4 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts"
 
     def ready(self) -> None:
-        from accounts import checks, throttle  # noqa: F401 - registers checks, connects receivers
+        from accounts import checks, signals, throttle  # noqa: F401 - registers checks, connects receivers

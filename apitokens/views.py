@@ -7,7 +7,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from apitokens.models import ApiToken, Scope
-from apitokens.services import InvalidScope, token_issue, token_revoke
+from apitokens.services import InvalidScope, KeyRefused, token_issue, token_revoke
 
 NAME_LENGTH = 100
 
@@ -31,7 +31,7 @@ def keys(request: HttpRequest) -> HttpResponse:
             if len(name) > NAME_LENGTH:
                 raise InvalidScope(f"the name is longer than {NAME_LENGTH} characters")
             _, plain = token_issue(user=request.user, scopes=request.POST.getlist("scope"), name=name)
-        except InvalidScope as exc:
+        except KeyRefused as exc:
             error, status = f"No key was made: {exc}.", 400
     return render(
         request,

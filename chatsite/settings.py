@@ -230,6 +230,8 @@ CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
 # When set, /metrics asks for `Authorization: Bearer <token>`.
 MONITORING_METRICS_TOKEN = env_str("MONITORING_METRICS_TOKEN", "")
+# Live API keys one user may hold (a session alone may make them).
+API_KEYS_MAX_PER_USER = env_int("API_KEYS_MAX_PER_USER", 20, minimum=1)
 MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
 MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
 LOG_FORMAT = env_str("LOG_FORMAT", "plain")
@@ -330,6 +332,16 @@ if not DEBUG:
             "DEBUG is off, so SECRET_KEY must be set to a random value of at least 50 characters "
             "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DEBUG=true for "
             "development (make run and make test set it)."
+        )
+    # A bearer token for /metrics and health details; a placeholder or a short one is no secret.
+    if MONITORING_METRICS_TOKEN and (
+        len(MONITORING_METRICS_TOKEN) < 32
+        or len(set(MONITORING_METRICS_TOKEN)) < 5
+        or "REPLACE" in MONITORING_METRICS_TOKEN.upper()
+    ):
+        raise ImproperlyConfigured(
+            "DEBUG is off, so MONITORING_METRICS_TOKEN, when set, must be a random value of at least "
+            "32 characters, not a placeholder (python -c 'import secrets; print(secrets.token_urlsafe(32))')."
         )
     if not env_list("ALLOWED_HOSTS", []):
         raise ImproperlyConfigured(

@@ -35,6 +35,15 @@ class ReadOnlyAudited(RecordAdmin):
         return super().changelist_view(request, extra_context)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
+        self._record_read(request, object_id, "")
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        # The history page shows the object's title too: read like the change page, recorded alike.
+        self._record_read(request, object_id, " history")
+        return super().history_view(request, object_id, extra_context)
+
+    def _record_read(self, request, object_id, page: str) -> None:
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
             conversation = self._conversation_of(obj)
@@ -43,9 +52,8 @@ class ReadOnlyAudited(RecordAdmin):
                 owner_id=conversation.owner_id,
                 conversation_id=conversation.pk,
                 through=ConversationRead.Through.ADMIN,
-                detail=f"{self.model._meta.verbose_name} {obj.pk}",
+                detail=f"{self.model._meta.verbose_name} {obj.pk}{page}",
             )
-        return super().change_view(request, object_id, form_url, extra_context)
 
 
 class MessageInline(admin.TabularInline):

@@ -194,8 +194,10 @@ def conversation_markdown(conversation: Conversation) -> str:
 
 
 def shared_link_get(*, token: str) -> SharedLink | None:
-    """A live shared link by its token; revoked and unknown ones read alike."""
-    return SharedLink.objects.filter(token=token, revoked_at=None).first()
+    """A live shared link by its token; revoked ones, a deactivated owner's and unknown ones read alike."""
+    return SharedLink.objects.filter(
+        token=token, revoked_at=None, conversation__owner__is_active=True
+    ).first()
 
 
 def conversation_detail(conversation: Conversation) -> dict:

@@ -171,6 +171,8 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
         request, "frontend/shared.html", {"snapshot": link.snapshot, "shared_at": link.created_at}
     )
     response["X-Robots-Tag"] = "noindex"
+    # A revoked link must not live on in a shared cache, nor in the browser's.
+    response["Cache-Control"] = "private, no-store"
     return response
 
 

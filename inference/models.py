@@ -2,6 +2,7 @@
 (and superusers); a model without one, to everyone (inference.access)."""
 
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
 from django.db import models
 
 
@@ -15,3 +16,15 @@ class ModelAccess(models.Model):
 
     def __str__(self) -> str:
         return self.model_name
+
+    def clean(self) -> None:
+        # The default model is everyone's (inference.access): a row for it would be silently ignored.
+        from inference.engine import default_model
+
+        if self.model_name == default_model():
+            raise ValidationError(
+                {
+                    "model_name": f"{self.model_name} is the default model, which every user may use; "
+                    "only the other models can be restricted to groups."
+                }  # fmt: skip
+            )

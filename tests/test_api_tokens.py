@@ -9,7 +9,7 @@ from django.test import RequestFactory
 
 from apitokens.auth import user_for_request
 from apitokens.models import ApiToken
-from apitokens.services import token_issue
+from apitokens.services import KeyRefused, token_issue
 
 pytestmark = pytest.mark.django_db
 
@@ -61,3 +61,35 @@ def test_it_gives_the_jobs_scope_to_staff_only(alice):
         call_command("issue_token", "alice", "--scope", "jobs.submit", stdout=StringIO(), stderr=StringIO())
     with pytest.raises(CommandError, match="no user"):
         call_command("issue_token", "nobody", stdout=StringIO(), stderr=StringIO())
+
+
+@pytest.mark.parametrize("change", ["new_password", "deactivate"])
+def test_a_users_keys_die_when_the_password_changes_or_the_account_is_deactivated(alice, change):
+    _, first = token_issue(user=alice, scopes=["openai"])
+    _, second = token_issue(user=alice, scopes=["store.read"])
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
+    _, bobs = token_issue(user=bob, scopes=["openai"])
+    alice.last_name = "Liddell"
+    alice.save()  # a change that is not the login's keeps the keys
+    assert user_for_request(bearer(first), "openai") == alice
+    if change == "new_password":
+        alice.set_password("a-new-password-123")
+    else:
+        alice.is_active = False
+    alice.save()
+    assert user_for_request(bearer(first), "openai") is None
+    assert user_for_request(bearer(second), "store.read") is None
+    assert user_for_request(bearer(bobs), "openai") == bob
+    assert not ApiToken.objects.filter(user=alice, revoked_at=None).exists()
+
+
+def test_a_user_holds_a_bounded_number_of_live_keys(alice, settings):
+    settings.API_KEYS_MAX_PER_USER = 3
+    tokens = [token_issue(user=alice, scopes=["openai"]) for _ in range(3)]
+    with pytest.raises(KeyRefused, match="3 live keys"):
+        token_issue(user=alice, scopes=["openai"])
+    with pytest.raises(CommandError, match="3 live keys"):
+        call_command("issue_token", "alice", "--scope", "openai", stdout=StringIO(), stderr=StringIO())
+    revoke_prefix = tokens[0][0].prefix
+    call_command("revoke_token", revoke_prefix, stdout=StringIO())
+    token_issue(user=alice, scopes=["openai"])  # room again

@@ -70,6 +70,18 @@ def test_it_stops_a_shared_link_when_its_owner_revokes_it(alice):
     assert Client().get("/s/not-a-token/").status_code == 404
 
 
+def test_a_shared_page_is_never_cached_and_dies_with_its_owners_account(alice):
+    turn = answer(alice, "Question")
+    url = post(browser(alice), f"/c/{turn.conversation_id}/share").json()["url"]
+    response = Client().get(url)
+    assert response.status_code == 200
+    # A revoked link must not live on in a shared cache.
+    assert response["Cache-Control"] == "private, no-store"
+    alice.is_active = False
+    alice.save()
+    assert Client().get(url).status_code == 404
+
+
 def test_it_lets_only_the_owner_share_export_or_revoke(alice):
     turn = answer(alice, "Mine")
     bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")

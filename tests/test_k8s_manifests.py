@@ -230,8 +230,18 @@ def test_it_refuses_to_start_until_the_secret_key_is_replaced(objects):
     assert "SECRET_KEY must be set" in result.stderr
 
 
+def test_it_refuses_a_placeholder_or_short_metrics_token_in_production(objects):
+    key = secrets.token_urlsafe(50)
+    for token in ("REPLACE_ME", "short-token", "x" * 40):
+        result = run_product(objects, SECRET_KEY=key, MONITORING_METRICS_TOKEN=token)
+        assert result.returncode != 0, token
+        assert "MONITORING_METRICS_TOKEN" in result.stderr
+
+
 def test_it_runs_in_production_mode_once_the_secret_is_filled_in(objects):
-    result = run_product(objects, SECRET_KEY=secrets.token_urlsafe(50))
+    result = run_product(
+        objects, SECRET_KEY=secrets.token_urlsafe(50), MONITORING_METRICS_TOKEN=secrets.token_urlsafe(32)
+    )
     assert result.returncode == 0, result.stderr
     values = json.loads(result.stdout.splitlines()[-1])
     assert values["DEBUG"] is False

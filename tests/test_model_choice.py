@@ -53,6 +53,18 @@ def test_it_offers_the_engines_models_less_those_kept_for_other_groups(two_model
     assert models_for(user=root) == ["model-a", "model-b"]
 
 
+def test_the_admin_refuses_to_restrict_the_default_model_which_is_everyones(two_models):
+    root = get_user_model().objects.create_superuser("root", password="pw-root-12345")
+    admin = Client()
+    admin.force_login(root)
+    refused = admin.post("/admin/inference/modelaccess/add/", {"model_name": "model-a"})
+    assert refused.status_code == 200
+    assert "is the default model, which every user may use" in refused.content.decode()
+    assert not ModelAccess.objects.exists()
+    assert admin.post("/admin/inference/modelaccess/add/", {"model_name": "model-b"}).status_code == 302
+    assert list(ModelAccess.objects.values_list("model_name", flat=True)) == ["model-b"]
+
+
 def test_a_conversation_keeps_the_model_chosen_before_its_first_message(two_models, alice):
     conversation = services.conversation_create(user=alice, settings_data={"model": "model-b"})
     assert conversation.model_name == "model-b"

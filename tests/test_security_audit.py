@@ -15,7 +15,7 @@ from django.test import Client
 
 from audit.models import ConversationRead
 from frontend import services
-from frontend.models import Conversation
+from frontend.models import Conversation, Message
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 
@@ -87,6 +87,22 @@ def test_it_shows_conversations_read_only_and_records_each_page(world):
     assert reads[0] == ("ops", world["alice"].pk, world["conversation"], "admin")
     assert reads[-1][:4] == ("ops", None, None, "admin")
     assert "q=private" in ConversationRead.objects.order_by("id").last().detail
+
+
+def test_it_records_the_history_pages_of_conversations_and_messages_as_reads(world):
+    """The history page shows the object's title: a read like the change page."""
+    client = admin_client(world["staff"])
+    history = f"/admin/frontend/conversation/{world['conversation']}/history/"
+    assert client.get(history).status_code == 403  # without the permission, as the change page
+    grant_reading(world["staff"])
+    message = Message.objects.filter(conversation_id=world["conversation"]).first()
+    for url in (history, f"/admin/frontend/message/{message.pk}/history/"):
+        assert admin_client(world["staff"]).get(url).status_code == 200, url
+    reads = list(ConversationRead.objects.order_by("id").values_list("conversation_id", "detail"))
+    assert reads == [
+        (world["conversation"], f"conversation {world['conversation']} history"),
+        (world["conversation"], f"message {message.pk} history"),
+    ]
 
 
 def test_it_shows_the_record_to_superusers_only(world):

@@ -2,7 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from apitokens.models import Scope
-from apitokens.services import InvalidScope, token_issue
+from apitokens.services import KeyRefused, token_issue
 
 
 class Command(BaseCommand):
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         scopes = scope or [Scope.CHAT, Scope.STORE_READ]
         try:
             token, plain = token_issue(user=user, scopes=scopes, name=name)
-        except InvalidScope as exc:
+        except KeyRefused as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(f"Token {token.prefix} for {username}, scopes {', '.join(token.scopes)}:")
         self.stdout.write(plain)
