@@ -292,6 +292,9 @@ CHAT_SOCKET_FRAMES_PER_MINUTE = env_int("CHAT_SOCKET_FRAMES_PER_MINUTE", 120, mi
 CHAT_MAX_SOCKETS_PER_USER = env_int("CHAT_MAX_SOCKETS_PER_USER", 20, minimum=1)
 CHAT_CONVERSATION_CHANGES_PER_MINUTE = env_int("CHAT_CONVERSATION_CHANGES_PER_MINUTE", 30, minimum=1)
 CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
+# Attachments read at once (each in a child process of the web process, documents/).
+CHAT_DOCUMENT_READS_PER_USER = env_int("CHAT_DOCUMENT_READS_PER_USER", 1, minimum=1)
+CHAT_DOCUMENT_READS_PER_PROCESS = env_int("CHAT_DOCUMENT_READS_PER_PROCESS", 2, minimum=1)
 CHAT_LEASE_SECONDS = env_float("CHAT_LEASE_SECONDS", 60.0, minimum=5.0)
 CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 2.0, minimum=0.2)
 # Answers outlive their process (answers/): another web process continues an answer whose heartbeat

@@ -4,11 +4,15 @@ the answer and a question. Never truncated: one that does not fit is refused wit
 
 Nothing is parsed in the web process: every attachment's text is read in the bounded child process
 (documents.reader) that this process awaits, and the file itself is read off the database's thread,
-so one hostile file costs its sender a refusal and every other chat nothing.
+so one hostile file costs its sender a refusal and every other chat nothing. A user reads one
+attachment at a time, a process a few; a text too long to fit is refused by its length before the
+engine counts it.
 
 Their text opens every turn's prompt right after the system prompt (selectors.preamble), so the
 engine's prefix cache serves it from the second turn on, as `chat.done`'s cached tokens show."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import PurePosixPath
 
 from asgiref.sync import sync_to_async
@@ -16,17 +20,51 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 
+import redisconn
 from documents import FORMATS
 from documents.reader import document_text
 from documents.text import DocumentError
-from frontend import selectors
+from frontend import protocol, selectors
 from frontend.models import ConversationDocument
 from frontend.protocol import Refusal
 from inference.client import EngineClient, EngineError
 from jobs.ingest import Limits
+from redisconn import keys
 
 # Left free beside the documents and the answer, for the question of the turn.
 QUESTION_ROOM = 256
+# A token of the model's tokenizer spans at most this many characters (its longest merges are runs of
+# spaces or symbols, under 16): a text longer than this many characters a token left of the window is
+# refused by its length alone, before the engine counts anything.
+MAX_CHARS_PER_TOKEN = 16
+# Attachments being read now in this process (its event loop's): each is a child process of it.
+_reading = 0
+
+
+@asynccontextmanager
+async def _reading_slot(user_id: int) -> AsyncIterator[None]:
+    """Hold one of the attachments read at once: CHAT_DOCUMENT_READS_PER_PROCESS in this process,
+    CHAT_DOCUMENT_READS_PER_USER for the user in all of them (counted in Redis); past either, `busy`."""
+    global _reading
+    retry = settings.CHAT_BUSY_RETRY_AFTER
+    if _reading >= settings.CHAT_DOCUMENT_READS_PER_PROCESS:
+        raise protocol.busy("document_reads", retry)
+    r = redisconn.client()
+    key = keys.chat_user_document_reads(user_id)
+    async with r.pipeline(transaction=True) as pipe:
+        pipe.incr(key)
+        # A process that dies holding one gives it back when the key expires.
+        pipe.expire(key, int(settings.BULK_PDF_TIMEOUT * 2) + 1)
+        held, _ = await pipe.execute()
+    if held > settings.CHAT_DOCUMENT_READS_PER_USER:
+        await r.decr(key)
+        raise protocol.busy("user_document_reads", retry)
+    _reading += 1
+    try:
+        yield
+    finally:
+        _reading -= 1
+        await r.decr(key)
 
 
 def _read(upload: UploadedFile) -> tuple[str, bytes, str]:
@@ -53,9 +91,20 @@ async def document_attach(
     # Off the database's thread: every chat of this process waits on that one.
     name, data, format = await sync_to_async(_read, thread_sensitive=False)(upload)
     try:
-        text = await document_text(data, format)
+        async with _reading_slot(user.pk):
+            text = await document_text(data, format)
     except DocumentError as exc:
         raise Refusal("invalid_field", f"{name}: {exc}") from None
+    answer = conversation.max_tokens or settings.CHAT_MAX_TOKENS
+    window = settings.INFERENCE_MAX_MODEL_LEN
+    most = window - answer - QUESTION_ROOM
+    if len(text) > max(most, 0) * MAX_CHARS_PER_TOKEN:
+        raise Refusal(
+            "too_large",
+            f"{name} is {len(text):,} characters: more than the {max(most, 0):,} tokens that fit in the "
+            f"model's {window:,}-token context window beside a {answer:,}-token answer and {QUESTION_ROOM} "
+            "for the question could hold. Nothing was cut: attach a shorter document.",
+        )
     attached = await sync_to_async(lambda: list(conversation.documents.values_list("name", "text")))()
     before = selectors.preamble(conversation.system_prompt, attached)
     after = selectors.preamble(conversation.system_prompt, [*attached, (name, text)])
@@ -66,9 +115,7 @@ async def document_attach(
         tokens_after = await engine.count_prompt_tokens([{"role": "system", "content": after}])
     except EngineError as exc:
         raise Refusal("engine_unavailable", f"The document could not be counted: {exc.detail}") from None
-    answer = conversation.max_tokens or settings.CHAT_MAX_TOKENS
-    window = settings.INFERENCE_MAX_MODEL_LEN
-    room = window - answer - QUESTION_ROOM - tokens_before
+    room = most - tokens_before
     added = tokens_after - tokens_before
     if added > room:
         raise Refusal(

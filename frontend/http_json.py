@@ -15,15 +15,20 @@ from frontend.protocol import Refusal, parse_json
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra
+    ):
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.headers = headers or {}
+        # What the refusal says beside its code, as the WebSocket's frames say it (`reason`, `retry_after`).
+        self.extra = extra
 
     def response(self) -> JsonResponse:
-        response = JsonResponse({"error": {"code": self.code, "detail": self.detail}}, status=self.status)
+        body = {"error": {"code": self.code, "detail": self.detail, **self.extra}}
+        response = JsonResponse(body, status=self.status)
         for name, value in self.headers.items():
             response[name] = value
         return response
@@ -33,7 +38,7 @@ def refused(refusal: Refusal) -> ApiError:
     """A protocol refusal as HTTP: its status, and Retry-After where it says when to retry."""
     retry_after = refusal.extra.get("retry_after")
     headers = {"Retry-After": str(round(retry_after))} if retry_after else None
-    return ApiError(refusal.status, refusal.code, refusal.detail, headers)
+    return ApiError(refusal.status, refusal.code, refusal.detail, headers, **refusal.extra)
 
 
 def not_found(what: str) -> ApiError:

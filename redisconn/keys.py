@@ -28,6 +28,11 @@ def chat_user_generations(user_id: int) -> str:
     return f"chat:generations:user:{user_id}"
 
 
+def chat_user_document_reads(user_id: int) -> str:
+    """How many of the user's attachments are being read now (frontend.documents)."""
+    return f"chat:document-reads:user:{user_id}"
+
+
 def chat_user_sockets(user_id: int) -> str:
     """Leases of the user's open chat sockets, scored by expiry (frontend.rates)."""
     return f"chat:sockets:user:{user_id}"

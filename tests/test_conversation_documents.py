@@ -196,3 +196,85 @@ def test_a_hostile_html_attachment_is_refused_clearly_and_other_chats_wait_for_n
     # 64 KB alone held it 200 ms, and this file is 128 times that).
     assert slowest < 1.0, slowest
     assert not ConversationDocument.objects.exists()
+
+
+def test_a_long_text_is_refused_by_its_length_before_the_engine_counts_it(
+    alice, engine, settings, monkeypatch
+):
+    """A 1 MiB text was counted by the engine (362,263 tokens), twice, before it was refused."""
+    settings.INFERENCE_MAX_MODEL_LEN = 4096
+    settings.CHAT_MAX_TOKENS = 512
+    counted = []
+    monkeypatch.setattr(engine, "count_prompt_tokens", lambda messages: counted.append(messages))
+    conversation = services.conversation_create(user=alice)
+    response = attach(browser(alice), conversation.pk, "big.txt", b"word " * (1024 * 1024 // 5))
+    assert (response.status_code, response.json()["error"]["code"]) == (413, "too_large")
+    assert "1,048,575 characters" in response.json()["error"]["detail"]
+    assert counted == []
+    assert not ConversationDocument.objects.exists()
+
+
+def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, engine, settings, monkeypatch):
+    """Each attachment is read by a child process of the web process: three at once from one user were
+    all parsed. The child here spins until its wall-clock limit, so the first holds its slot."""
+    from documents import reader
+
+    monkeypatch.setattr(reader, "CHILD", "tests.document_probe")
+    settings.BULK_PDF_TIMEOUT = 3
+    settings.CHAT_DOCUMENT_READS_PER_PROCESS = 2
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
+    carol = get_user_model().objects.create_user("carol", password="pw-carol-12345")
+    chats = {user: services.conversation_create(user=user) for user in (alice, bob, carol)}
+
+    def spin(user, name):
+        return attach(browser(user), chats[user].pk, name, b"spin")
+
+    import threading
+
+    from django.db import connections
+
+    results = {}
+
+    def in_thread(user, name):
+        try:
+            results[user.username] = spin(user, name)
+        finally:
+            connections.close_all()  # the thread's own database connection
+
+    first = threading.Thread(target=in_thread, args=(alice, "a.txt"))
+    first.start()
+    assert _until(lambda: redis_reads(alice) == 1), "the first read did not start"
+    second = spin(alice, "b.txt")
+    assert (second.status_code, second.json()["error"]["reason"]) == (429, "user_document_reads")
+    assert second["Retry-After"]
+    other = threading.Thread(target=in_thread, args=(bob, "c.txt"))
+    other.start()
+    assert _until(lambda: redis_reads(bob) == 1), "bob's read did not start"
+    third = spin(carol, "d.txt")
+    assert (third.status_code, third.json()["error"]["reason"]) == (429, "document_reads")
+    first.join()
+    other.join()
+    for response in results.values():  # the spinning children ended at their wall-clock limit
+        assert "took longer than 3 s" in response.json()["error"]["detail"]
+    assert redis_reads(alice) == redis_reads(bob) == 0
+    assert not ConversationDocument.objects.exists()
+
+
+def redis_reads(user) -> int:
+    import redis
+    from django.conf import settings
+
+    from redisconn import keys
+
+    return int(redis.Redis.from_url(settings.REDIS_URL).get(keys.chat_user_document_reads(user.pk)) or 0)
+
+
+def _until(check, seconds: float = 20) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
