@@ -15,9 +15,7 @@ from frontend.protocol import Refusal, parse_json
 
 
 class ApiError(Exception):
-    def __init__(
-        self, status: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra
-    ):
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra):
         super().__init__(detail)
         self.status = status
         self.code = code

@@ -228,14 +228,21 @@ class OpenAIEngineClient:
         *,
         connect_timeout: float,
         token_timeout: float,
+        api_key: str = "",
     ) -> None:
         self.model = model
         self._base_url = base_url.rstrip("/")
+        # The engine's (and its router's) key, on every request: the engine is reachable only
+        # by the product's processes (docs/deploy.md), and answers nobody without it.
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # The read timeout bounds the wait for each streamed chunk. No retries: a
         # retried stream would generate the answer a second time.
         timeout = httpx.Timeout(token_timeout, connect=connect_timeout)
         self._http = httpx.AsyncClient(
-            base_url=self._base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)
+            base_url=self._base_url,
+            timeout=timeout,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS),
+            headers=self._headers,
         )
         # Learnt at the first load(): an engine, not a router in front of several.
         self._plain_engine = False
@@ -255,7 +262,10 @@ class OpenAIEngineClient:
             # As many streams as admission lets through: it, not the pool, bounds them.
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS)
             session = aiohttp.ClientSession(
-                connector=connector, timeout=self._stream_timeout, auto_decompress=False
+                connector=connector,
+                timeout=self._stream_timeout,
+                auto_decompress=False,
+                headers=self._headers,
             )
             self._sessions[loop] = session
         return session

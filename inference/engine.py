@@ -81,6 +81,7 @@ def new_engine_client(
             model or settings.INFERENCE_MODEL_NAME,
             connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
             token_timeout=settings.INFERENCE_TOKEN_TIMEOUT,
+            api_key=settings.INFERENCE_API_KEY,
         ),
         CircuitBreaker(
             failure_threshold=settings.INFERENCE_BREAKER_FAILURES,

@@ -67,6 +67,8 @@ class EngineConfig:
     # The engine's processes' niceness: above 0, the web tier's bursts of Python work take a core
     # from the engine's threads at once instead of waiting their turn (CPU hosts).
     nice: int = 0
+    # The key the engine's OpenAI API asks of every caller (vLLM's VLLM_API_KEY); empty: none.
+    api_key: str = ""
 
     @classmethod
     def from_settings(cls, settings) -> "EngineConfig":
@@ -91,6 +93,7 @@ class EngineConfig:
             replica=replica,
             replicas=settings.INFERENCE_REPLICAS,
             nice=settings.INFERENCE_NICE,
+            api_key=settings.INFERENCE_API_KEY,
         )
 
     def command(self) -> list[str]:
@@ -138,6 +141,9 @@ class EngineConfig:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
+        if self.api_key:
+            # In its environment, not its command line, where any process of the host reads it.
+            env["VLLM_API_KEY"] = self.api_key
         # Read by the CPU build only; CUDA hosts size the cache from gpu_memory_utilization.
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gb))
         if Path(self.model).is_dir():

@@ -67,6 +67,8 @@ class RouterConfig:
     policy: str = "consistent_hash"
     metrics_port: int = 29000
     startup_timeout: float = 600.0
+    # The engines' key (INFERENCE_API_KEY), which the router sends them.
+    api_key: str = ""
 
     @classmethod
     def from_settings(cls, settings, worker_urls: list[str] | None = None) -> "RouterConfig":
@@ -76,6 +78,7 @@ class RouterConfig:
             policy=settings.INFERENCE_ROUTER_POLICY,
             metrics_port=settings.INFERENCE_ROUTER_METRICS_PORT,
             startup_timeout=settings.INFERENCE_STARTUP_TIMEOUT,
+            api_key=settings.INFERENCE_API_KEY,
         )
 
     def routing_flags(self) -> list[str]:
@@ -105,6 +108,7 @@ class RouterConfig:
             "--prometheus-host", address.hostname or "127.0.0.1",
             "--prometheus-port", str(self.metrics_port),
             "--worker-startup-timeout-secs", str(int(self.startup_timeout)),
+            *(("--api-key", self.api_key) if self.api_key else ()),
             *self.routing_flags(),
         ]  # fmt: skip
 

@@ -38,6 +38,21 @@ async def recording_server() -> tuple[asyncio.Server, str, list[tuple[dict, dict
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", seen
 
 
+async def test_it_sends_the_engines_api_key_on_every_request():
+    server, url, seen = await recording_server()
+    client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=10, api_key="engine-key")
+    try:
+        request = ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+        [event async for event in client.stream_chat(request)]
+    finally:
+        await client.aclose()
+        server.close()
+    [(headers, body)] = seen
+    assert headers["authorization"] == "Bearer engine-key"
+    # Usage on every chunk: the first tells the prompt's size whenever the answer ends.
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
 async def test_it_sends_the_conversation_as_the_routers_session_key_with_the_request_id():
     server, url, seen = await recording_server()
     client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=10)

@@ -148,6 +148,20 @@ def test_it_turns_on_n_gram_speculation_with_the_configured_draft_length():
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 4, 6], [5, 64, 0]]
 
 
+def test_the_engine_and_its_router_get_the_api_key_out_of_sight_of_the_process_list(settings):
+    from dataclasses import replace
+
+    from inference.router import RouterConfig
+
+    settings.INFERENCE_API_KEY = "k" * 40
+    config = EngineConfig.from_settings(settings)
+    assert config.environment()["VLLM_API_KEY"] == "k" * 40
+    assert not any("k" * 40 in part for part in config.command())
+    assert "VLLM_API_KEY" not in replace(config, api_key="").environment() or os.environ.get("VLLM_API_KEY")
+    router = RouterConfig.from_settings(settings, worker_urls=["http://127.0.0.1:8101"])
+    assert flag(router.command(), "--api-key") == "k" * 40
+
+
 def test_it_passes_extra_flags_and_can_turn_prefix_caching_off():
     from dataclasses import replace
 
