@@ -36,6 +36,18 @@ class Supervisord:
         return int(result.stdout.strip() or 0)
 
 
+@dataclass(frozen=True)
+class Site:
+    """The product supervisord serves at `base`."""
+
+    base: str
+    supervisor: Supervisord
+
+    @property
+    def ws_url(self) -> str:
+        return self.base.replace("http://", "ws://") + "/ws/chat/"
+
+
 @contextmanager
 def supervisord_running(conf: Path, env: dict[str, str], log: Path) -> Iterator[Supervisord]:
     """supervisord with `conf` and `env` (the venv's programs first on PATH), its output and its

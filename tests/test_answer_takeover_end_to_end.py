@@ -26,7 +26,7 @@ from apitokens.services import token_issue
 from deploy.supervisor import Topology, write
 from frontend.models import Message
 from harness.processes import free_port, ports_in_a_row, wait_for
-from harness.supervision import BIN, Supervisord, answers, supervisord_running
+from harness.supervision import BIN, Site, Supervisord, answers, supervisord_running
 from redisconn import keys
 from tests.chat_client import long_answer_conversation, open_chat, receive, send, session_cookie
 from tests.conftest import LOGS, product_env, running_daphne, wait_redis
@@ -137,7 +137,7 @@ def in_threads(readers: list[Reader]) -> None:
         raise errors[0]
 
 
-def owner_pid(site: "Site", message_id: int) -> int:
+def owner_pid(site: "OwnSite", message_id: int) -> int:
     process = redis.Redis.from_url(site.redis).hget(keys.chat_answer_owner(message_id), "process")
     return int(process.decode().rsplit(":", 1)[1])
 
@@ -149,14 +149,10 @@ def restart(supervisor: Supervisord, program: str) -> None:
 
 
 @dataclass(frozen=True)
-class Site:
-    base: str
-    supervisor: Supervisord
-    redis: str
+class OwnSite(Site):
+    """A site on a Redis of its own (`redis`)."""
 
-    @property
-    def ws_url(self) -> str:
-        return self.base.replace("http://", "ws://") + "/ws/chat/"
+    redis: str
 
 
 @contextmanager
@@ -200,7 +196,7 @@ def supervised(engine_url: str, run_dir: Path, topology: Topology, **env: str):
     )
     log = LOGS / f"test-takeover-{run_dir.name}.log"
     with supervisord_running(run_dir / "supervisord.conf", environment, log) as supervisor:
-        site = Site(f"http://127.0.0.1:{topology.web_port}", supervisor, environment["REDIS_URL"])
+        site = OwnSite(f"http://127.0.0.1:{topology.web_port}", supervisor, environment["REDIS_URL"])
         wait_for(lambda: answers(site.base + "/healthz/ready"), 90, "the site")
         yield site
 
@@ -226,7 +222,7 @@ def cluster(django_db_setup, engine_url, tmp_path_factory):
         yield site
 
 
-def active_answers(site: Site) -> float:
+def active_answers(site: OwnSite) -> float:
     text = httpx.get(site.base + "/metrics", timeout=10).text
     line = next(line for line in text.splitlines() if line.startswith("chat_active_generations "))
     return float(line.split()[1])

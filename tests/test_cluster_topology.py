@@ -19,7 +19,7 @@ from apitokens.services import token_issue
 from deploy.supervisor import Topology, write
 from frontend.models import Conversation, Message
 from harness.processes import ports_in_a_row, wait_for
-from harness.supervision import Supervisord, answers, supervisord_running
+from harness.supervision import Site, answers, supervisord_running
 from tests.chat_client import collect_answer, open_chat, receive, send, start_long_answer
 from tests.conftest import LOGS, log_in, product_env
 from tests.polling import HealthPoller
@@ -30,14 +30,8 @@ UPLOAD_LIMIT = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Cluster:
-    base: str
-    supervisor: Supervisord
+class Cluster(Site):
     log: Path
-
-    @property
-    def ws_url(self) -> str:
-        return self.base.replace("http://", "ws://") + "/ws/chat/"
 
     def pid(self, program: str) -> int:
         return self.supervisor.pid(program)
