@@ -5,6 +5,7 @@ Why one module of about 300 lines: Django reads one settings module, and a test 
 against docs/configuration.md; it is grouped by part (store, Redis, engine, chat, jobs,
 monitoring, security) in the order of that document."""
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -396,5 +397,14 @@ LOGIN_FAILURES_PER_USERNAME = env_int("LOGIN_FAILURES_PER_USERNAME", 5, minimum=
 LOGIN_FAILURES_PER_IP = env_int("LOGIN_FAILURES_PER_IP", 20, minimum=1)
 LOGIN_THROTTLE_SECONDS = env_int("LOGIN_THROTTLE_SECONDS", 300, minimum=1)
 # Addresses or networks of the reverse proxies whose X-Forwarded-For is believed; from any
-# other peer the header is ignored.
+# other peer the header is ignored. A malformed one (a placeholder left in) stops the process:
+# believing the header from the wrong peers lets a client reset its own login throttle.
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES", [])
+for _proxy in TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"TRUSTED_PROXIES: {_proxy!r} is not an address or a network (the ingress controller's "
+            "pod addresses, docs/deploy.md)"
+        ) from None

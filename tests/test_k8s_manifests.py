@@ -167,17 +167,73 @@ def test_only_one_workload_runs_celery_beat(objects):
     assert beat["spec"]["strategy"]["type"] == "Recreate"
 
 
-def test_every_product_container_runs_one_image_with_the_config_and_the_secret(objects):
+# The secrets each container reads, and no others: a compromised engine pod must not hold the
+# database's password or the staff account's.
+SECRETS_READ = {
+    "web": {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "MONITORING_METRICS_TOKEN", "INFERENCE_API_KEY"},
+    "worker": {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "INFERENCE_API_KEY"},
+    "bulk": {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "INFERENCE_API_KEY"},
+    "beat": {"SECRET_KEY", "DATABASE_URL", "REDIS_URL"},
+    "migrate": {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "STAFF_PASSWORD", "DEMO_PASSWORD"},
+    # The settings (production mode needs the key); the engine's start-up state in Redis; its own key.
+    "prepare-model": {"SECRET_KEY"},
+    "engine": {"SECRET_KEY", "REDIS_URL", "INFERENCE_API_KEY"},
+    "router": {"INFERENCE_API_KEY"},
+}
+
+
+def secrets_of(container: dict) -> set[str]:
+    assert not any("secretRef" in source for source in container.get("envFrom", [])), container["name"]
+    return {
+        variable["valueFrom"]["secretKeyRef"]["key"]
+        for variable in container.get("env", [])
+        if "secretKeyRef" in variable.get("valueFrom", {})
+    }
+
+
+def test_every_product_container_runs_one_image_with_the_config_and_only_the_secrets_it_reads(objects):
     containers = product_containers(objects)
     assert len({container["image"] for container in containers}) == 1
     for container in containers:
-        sources = {
-            (kind, source[kind]["name"])
-            for source in container.get("envFrom", [])
-            for kind in ("configMapRef", "secretRef")
-            if kind in source
+        sources = {(kind, s[kind]["name"]) for s in container.get("envFrom", []) for kind in s}
+        assert sources == {("configMapRef", "chat-config")}, container["name"]
+    every = [
+        c
+        for w in workloads(objects).values()
+        for c in pod_spec(w).get("initContainers", []) + pod_spec(w)["containers"]
+    ]
+    assert {c["name"]: secrets_of(c) for c in every} == SECRETS_READ
+    assert set().union(*SECRETS_READ.values()) == set(secret(objects))  # none the Secret holds for nobody
+
+
+def selected(selector: dict, labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions with In) selects `labels`."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In"
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def test_only_the_products_own_pods_reach_the_engines_and_the_router(objects):
+    pods = {component: pod_labels(workload) for component, workload in workloads(objects).items()}
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    for target, callers, ports in (
+        ("engine", {"router", "web", "worker", "bulk"}, {8100}),
+        ("router", {"web", "worker", "bulk"}, {8000, 29000}),
+    ):
+        [policy] = [p for p in policies if selected(p["spec"]["podSelector"], pods[target])]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        [rule] = policy["spec"]["ingress"]
+        allowed = {
+            c for c, labels in pods.items() for peer in rule["from"] if selected(peer["podSelector"], labels)
         }
-        assert sources == {("configMapRef", "chat-config"), ("secretRef", "chat-secrets")}, container["name"]
+        assert allowed == callers, target
+        assert {port["port"] for port in rule["ports"]} == ports
+        container = main_container(workloads(objects)[target])
+        assert {p["containerPort"] for p in container["ports"]} == ports
 
 
 def test_it_sets_only_variables_the_product_reads(objects):
@@ -211,6 +267,10 @@ print(json.dumps({
 """
 
 
+# The ingress controller's pods, as an operator fills them in.
+INGRESS_PODS = "10.244.3.17,10.244.5.9"
+
+
 def run_product(objects: list[dict], **overrides: str) -> subprocess.CompletedProcess:
     """The product's settings and `check --deploy` under the ConfigMap and the Secret alone."""
     env = {
@@ -224,23 +284,33 @@ def run_product(objects: list[dict], **overrides: str) -> subprocess.CompletedPr
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_it_refuses_to_start_until_the_secret_key_is_replaced(objects):
+def test_it_refuses_to_start_until_the_secret_key_and_the_trusted_proxies_are_replaced(objects):
     result = run_product(objects)
     assert result.returncode != 0
+    assert "TRUSTED_PROXIES" in result.stderr or "SECRET_KEY must be set" in result.stderr
+    result = run_product(objects, TRUSTED_PROXIES=INGRESS_PODS)
     assert "SECRET_KEY must be set" in result.stderr
+    metrics = secrets.token_urlsafe(32)
+    result = run_product(objects, SECRET_KEY=secrets.token_urlsafe(50), MONITORING_METRICS_TOKEN=metrics)
+    assert "TRUSTED_PROXIES: 'REPLACE_ME' is not an address or a network" in result.stderr
 
 
 def test_it_refuses_a_placeholder_or_short_metrics_token_in_production(objects):
     key = secrets.token_urlsafe(50)
     for token in ("REPLACE_ME", "short-token", "x" * 40):
-        result = run_product(objects, SECRET_KEY=key, MONITORING_METRICS_TOKEN=token)
+        result = run_product(
+            objects, SECRET_KEY=key, MONITORING_METRICS_TOKEN=token, TRUSTED_PROXIES=INGRESS_PODS
+        )
         assert result.returncode != 0, token
         assert "MONITORING_METRICS_TOKEN" in result.stderr
 
 
 def test_it_runs_in_production_mode_once_the_secret_is_filled_in(objects):
     result = run_product(
-        objects, SECRET_KEY=secrets.token_urlsafe(50), MONITORING_METRICS_TOKEN=secrets.token_urlsafe(32)
+        objects,
+        SECRET_KEY=secrets.token_urlsafe(50),
+        MONITORING_METRICS_TOKEN=secrets.token_urlsafe(32),
+        TRUSTED_PROXIES=INGRESS_PODS,
     )
     assert result.returncode == 0, result.stderr
     values = json.loads(result.stdout.splitlines()[-1])

@@ -369,3 +369,41 @@ def test_the_supervisor_tells_each_start_up_step_then_serving(tmp_path, monkeypa
 )
 def test_it_reads_the_start_up_step_from_the_servers_own_lines(line, phase):
     assert phase_of(line) == phase
+
+
+def test_an_engine_started_with_the_api_key_answers_the_product_and_refuses_anyone_else():
+    """vLLM itself checks the key the launcher gives it: a pod that reaches the engine without it
+    is refused; the product's client, which sends it, is answered."""
+    import asyncio
+    from dataclasses import replace
+
+    from inference.client import ChatRequest, OpenAIEngineClient, TextDelta
+    from tests.conftest import LOGS
+
+    url = f"http://127.0.0.1:{free_port()}"
+    key = "engine-key-" + "x" * 30
+    config = replace(
+        EngineConfig.from_settings(settings), url=url, api_key=key, kv_cache_space_gb=1, max_num_seqs=2
+    )
+    messages = [{"role": "user", "content": "Hi"}]
+
+    async def answer() -> list:
+        client = OpenAIEngineClient(
+            url, config.served_model_name, connect_timeout=5, token_timeout=60, api_key=key
+        )
+        try:
+            request = ChatRequest(messages=messages, max_tokens=2, temperature=0)
+            return [event async for event in client.stream_chat(request)]
+        finally:
+            await client.aclose()
+
+    with open(LOGS / "test-engine-key.log", "w") as log:
+        engine = EngineProcess(config, output=log)
+        engine.start()
+        try:
+            engine.wait_healthy(timeout=600)
+            body = {"model": config.served_model_name, "messages": messages, "max_tokens": 2}
+            assert httpx.post(url + "/v1/chat/completions", json=body, timeout=60).status_code == 401
+            assert any(isinstance(event, TextDelta) for event in asyncio.run(answer()))
+        finally:
+            engine.stop()

@@ -19,7 +19,7 @@ PRODUCTION = {
     "DEBUG": "false",
     "SECRET_KEY": PRODUCTION_KEY,
     "ALLOWED_HOSTS": "chat.example.com",
-    "MONITORING_METRICS_TOKEN": "a-metrics-token",
+    "MONITORING_METRICS_TOKEN": "metrics-token-for-tests-" + "q8Wz3Rt6Yu1Io4Pa",
 }
 # Cleared for the subprocess.
 SETTINGS_VARIABLES = (
