@@ -11,7 +11,6 @@ that is held and then released.
 """
 
 import asyncio
-import logging
 import time
 import uuid
 import weakref
@@ -22,14 +21,11 @@ from django.conf import settings
 from limits import RateLimitItemPerMinute
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
-from redis.exceptions import RedisError
 
 import redisconn
 from answers import drain
 from frontend import metrics, protocol
 from redisconn import keys
-
-log = logging.getLogger(__name__)
 
 _ACQUIRE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
@@ -107,29 +103,13 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
     return lease
 
 
-async def refresh(r: aioredis.Redis, lease: Lease) -> None:
-    """Extend a held slot; a process that stops refreshing loses it after CHAT_LEASE_SECONDS."""
-    async with r.pipeline(transaction=False) as pipe:
-        refresh_in(pipe, lease)
-        await pipe.execute()
-
-
 def refresh_in(pipe: aioredis.client.Pipeline, lease: Lease, *, retake: bool = False) -> None:
-    """`refresh`'s commands, added to a caller's pipeline; with `retake`, the slot is held again
-    even if it had expired (an answer another process continues keeps its place, refused never)."""
+    """Extend a held slot (a process that stops refreshing loses it after CHAT_LEASE_SECONDS), in a
+    caller's pipeline; with `retake`, the slot is held again even if it had expired (an answer
+    another process continues keeps its place, refused never)."""
     expiry = time.time() + settings.CHAT_LEASE_SECONDS
     pipe.zadd(keys.CHAT_ACTIVE, {lease.member: expiry}, xx=not retake)
     pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=not retake)
-
-
-async def hold(r: aioredis.Redis, lease: Lease) -> None:
-    """Keep a slot while an answer that has no watcher runs (an API answer); cancel when it ends."""
-    try:
-        while True:
-            await asyncio.sleep(settings.CHAT_HEARTBEAT_SECONDS)
-            await refresh(r, lease)
-    except RedisError:
-        log.warning("could not refresh an admission lease; it expires in %s s", settings.CHAT_LEASE_SECONDS)
 
 
 async def release(r: aioredis.Redis, lease: Lease) -> None:

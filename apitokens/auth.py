@@ -2,7 +2,7 @@
 
 import hmac
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
 from django.utils import timezone
@@ -64,6 +64,6 @@ def user_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | Non
 async def auser_for_request(request: HttpRequest, scope: str) -> AbstractBaseUser | None:
     raw = bearer_token(request)
     if raw is not None:
-        return await database_sync_to_async(user_for_token)(raw, scope)
+        return await sync_to_async(user_for_token)(raw, scope)
     user = await request.auser()
     return user if user.is_authenticated else None

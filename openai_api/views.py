@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from functools import wraps
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -57,8 +56,7 @@ async def _api_user(request: HttpRequest) -> AbstractBaseUser:
     if not raw:
         raise OpenAIError(401, "Send your API key as 'Authorization: Bearer KEY'.", code="missing_api_key")
     try:
-        # As every ORM call from async code: its thread's connection is closed after it.
-        return await database_sync_to_async(token_user)(raw, Scope.OPENAI)
+        return await sync_to_async(token_user)(raw, Scope.OPENAI)
     except TokenRefused as refused:
         if refused.reason == "missing_scope":
             raise OpenAIError(403, "This API key lacks the 'openai' scope.", code="missing_scope") from None

@@ -8,6 +8,7 @@ services (engine, Redis, daphne, Celery, the browser) and their isolation checks
 """
 
 import functools
+import gc
 import inspect
 import os
 import subprocess
@@ -164,6 +165,9 @@ def no_connection_left(django_db_setup, django_db_blocker):
     # The server ends a dead process's session when it reads the closed socket, which on a
     # busy machine may be a moment after the process is gone: a session still there after
     # 10 s is one that a live process holds.
+    # A connection of a thread that has ended (a test's ThreadSensitiveContext) is closed when the
+    # thread's locals are collected, which a reference cycle may leave to the collector.
+    gc.collect()
     deadline = time.monotonic() + 10
     while (left := others()) and time.monotonic() < deadline:
         time.sleep(0.2)
