@@ -69,14 +69,15 @@ return 1
 """
 )
 
-# The answer ended (or was handed over, ARGV[2] = 0): out of the registry, or stale at once.
+# The answer ended: out of the registry. Or it was handed over: its beat dated ARGV[5], just stale
+# enough to be claimed at once, and recent enough that its followers wait for the claim.
 _LEAVE = """
 if redis.call('HGET', KEYS[1], 'fence') ~= ARGV[1] then return 0 end
 if ARGV[2] == 'end' then
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 else
-  redis.call('ZADD', KEYS[2], 0, ARGV[3])
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
 end
 return 1
 """
@@ -199,7 +200,14 @@ async def leave(r: aioredis.Redis, owner: Claim, *, handover: bool = False) -> b
     """The owner lets go: the answer ended (out of the registry), or, with `handover`, it is left
     for another process to take at once. False when the owner had already changed."""
     keys_ = [keys.chat_answer_owner(owner.answer), keys.CHAT_ANSWERS]
-    args = [owner.fence, "handover" if handover else "end", owner.answer, settings.CHAT_STREAM_TTL_SECONDS]
+    stale_now = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
+    args = [
+        owner.fence,
+        "handover" if handover else "end",
+        owner.answer,
+        settings.CHAT_STREAM_TTL_SECONDS,
+        stale_now,
+    ]
     return bool(await LEAVE(r, keys_, args))
 
 
