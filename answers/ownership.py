@@ -36,8 +36,9 @@ end
 
 # A frame at position ARGV[4] (entry id 1-<position + 1>), written only by the current owner and only
 # right after the frame before it: the reply is its entry id; 0 when it is there already (written
-# before a failure, or twice); GAP <n> when the stream ends before position n-1 (Redis lost frames:
-# a restart without the last second of its append-only file), so the writer writes from n on.
+# before a failure, or twice); GAP <n> when the stream holds only the positions before n, n below
+# this one (Redis lost frames: a restart without the last second of its append-only file), so the
+# writer writes from n on.
 _WRITE = (
     _OWNED
     + """

@@ -332,7 +332,7 @@ async def _quiet(r: aioredis.Redis, message_id: int) -> dict | None:
         code="interrupted",
         detail=ABANDONED,
         status=Message.Status.INTERRUPTED,
-        content="".join(frame["text"] for frame in written if frame["type"] == "chat.token"),
+        content=protocol.text_of(written),
     )
 
 

@@ -109,6 +109,11 @@ def token(message_id: int, seq: int, text: str) -> dict:
     return {"type": "chat.token", "message": message_id, "seq": seq, "text": text}
 
 
+def text_of(frames: list[dict]) -> str:
+    """The answer's text in `frames`: its token frames' texts, in order."""
+    return "".join(frame["text"] for frame in frames if frame["type"] == "chat.token")
+
+
 def usage(prompt_tokens: int | None, cached_tokens: int | None, completion_tokens: int | None) -> dict:
     return {
         "prompt_tokens": prompt_tokens,

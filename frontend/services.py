@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 import redisconn
-from frontend import selectors
+from frontend import protocol, selectors
 from frontend.models import Conversation, Message, SharedLink
 from frontend.protocol import Refusal
 from inference.access import models_for
@@ -470,7 +470,7 @@ def messages_interrupt_stale() -> int:
     for pk in dead:
         frames = [orjson.loads(fields[b"frame"]) for _, fields in r.xrange(keys.chat_stream(pk))[1:]]
         interrupted += Message.objects.filter(pk=pk, status=Message.Status.GENERATING).update(
-            content="".join(frame["text"] for frame in frames if frame["type"] == "chat.token"),
+            content=protocol.text_of(frames),
             status=Message.Status.INTERRUPTED,
             error_code="interrupted",
             note="The web process generating this answer stopped before it finished.",
