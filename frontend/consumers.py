@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 # The frames that start an answer check the login in their turn's own trip to the database (one
 # trip, not two, on the path of every answer); every other frame checks it on arrival.
-ANSWER_FRAMES = frozenset({"chat.send", "chat.edit", "chat.regenerate"})
+ANSWER_FRAMES = frozenset({"chat.send", "chat.edit", "chat.regenerate", "chat.continue"})
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -163,6 +163,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         message_id = protocol.id_field(frame, "message")
         content = protocol.content_field(frame)
         await self._branch(services.chat_turn_edit, message_id=message_id, content=content)
+
+    async def chat_continue(self, frame: dict) -> None:
+        """Extend answer `message`, cut off at its length limit, in place."""
+        message_id = protocol.id_field(frame, "message")
+        await self._branch(services.chat_turn_continue, message_id=message_id)
 
     async def _branch(self, start_turn, *, message_id: int, **arguments) -> None:
         # The turn's own trip checks that the message is the user's: no trip of its own first.

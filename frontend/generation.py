@@ -137,12 +137,14 @@ class Generation(AnswerRun):
         """The conversation fitted to the context window, and the partial answer to carry on
         when this continues one; None when that answer has no tokens left."""
         history, max_tokens, min_tokens = self.turn.history, self.turn.max_tokens, self.turn.min_tokens
-        partial = "".join(self.parts)
-        if partial:
-            self.made = made = len(await self.engine.tokenize(partial))
+        streamed = "".join(self.parts)
+        if streamed:  # the budget is the stream's: a continued answer's text before it had its own
+            self.made = made = len(await self.engine.tokenize(streamed))
             max_tokens, min_tokens = max_tokens - made, max(min_tokens - made, 0)
             if max_tokens <= 0:
                 return None
+        partial = self.text()
+        if partial:
             history = [*history, {"role": "assistant", "content": partial}]
         prompt = await assemble(
             self.turn.system_prompt,
@@ -166,12 +168,16 @@ class Generation(AnswerRun):
             model=self.turn.model,
         )
 
+    def text(self) -> str:
+        """The answer's text so far: what came before its stream (a continued answer's), and the stream's."""
+        return self.turn.prefix + "".join(self.parts)
+
     async def token(self, r: aioredis.Redis, seq: int, text: str) -> None:
         await self._publish(r, seq, protocol.token(self.message_id, seq, text))
 
     async def finish(self, r: aioredis.Redis, outcome: Outcome) -> None:
         await database_sync_to_async(self._store)(outcome)
-        content = "".join(self.parts)
+        content = self.text()
         if outcome.status in {COMPLETE, STOPPED}:
             frame = protocol.done(
                 self.message_id,
@@ -196,7 +202,7 @@ class Generation(AnswerRun):
     # One commit for the message and the usage row: every answer's writes wait for the database's thread.
     @transaction.atomic
     def _store(self, outcome: Outcome) -> None:
-        services.message_finish(message_id=self.message_id, content="".join(self.parts), **outcome.stored())
+        services.message_finish(message_id=self.message_id, content=self.text(), **outcome.stored())
         self.record_usage(outcome)
 
     async def _publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
@@ -279,7 +285,7 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
         log.warning("answer %s: its stream is gone; it cannot be continued", message_id)
         await database_sync_to_async(services.message_finish)(
             message_id=message_id,
-            content="",
+            content=turn.prefix,
             status=Message.Status.INTERRUPTED,
             error_code="interrupted",
             note=ABANDONED,
@@ -332,7 +338,7 @@ async def _quiet(r: aioredis.Redis, message_id: int) -> dict | None:
         code="interrupted",
         detail=ABANDONED,
         status=Message.Status.INTERRUPTED,
-        content=protocol.text_of(written),
+        content=message.content + protocol.text_of(written),
     )
 
 

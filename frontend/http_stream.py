@@ -116,6 +116,8 @@ def _turn_request(data: dict) -> tuple:
         return services.chat_turn_from_messages, {"messages": data["messages"], "settings_data": sampling}
     if "regenerate" in data:
         return services.chat_turn_regenerate, {"message_id": protocol.id_field(data, "regenerate")}
+    if "continue" in data:
+        return services.chat_turn_continue, {"message_id": protocol.id_field(data, "continue")}
     if "edit" in data:
         return services.chat_turn_edit, {
             "message_id": protocol.id_field(data, "edit"),

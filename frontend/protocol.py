@@ -14,7 +14,7 @@ from django.conf import settings
 if TYPE_CHECKING:
     from frontend.models import Message
 
-CLIENT_FRAMES = ("chat.send", "chat.stop", "chat.resume", "chat.regenerate", "chat.edit")
+CLIENT_FRAMES = ("chat.send", "chat.stop", "chat.resume", "chat.regenerate", "chat.edit", "chat.continue")
 SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")
 # The frames that end an answer.
 TERMINAL = frozenset({"chat.done", "chat.error"})
@@ -29,6 +29,7 @@ ERRORS: dict[str, int] = {
     "too_large": 413,
     "not_found": 404,
     "not_running": 409,
+    "not_continuable": 409,
     "busy": 429,
     "quota_exceeded": 429,
     "timeout_first_token": 503,

@@ -15,6 +15,8 @@ import orjson
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 import redisconn
@@ -47,6 +49,9 @@ class Turn:
     max_tokens: int
     min_tokens: int = 0
     model: str | None = None
+    # The answer's text before this turn's stream: empty for a new answer, the text so far for one
+    # continued past its length limit (chat_turn_continue), which the stream's tokens extend.
+    prefix: str = ""
 
 
 def _title_from(content: str) -> str:
@@ -79,6 +84,15 @@ def _refuse_if_busy(conversation: Conversation, messages: Iterable[Message] | No
         )
 
 
+def _available_model(conversation: Conversation, model: str) -> str:
+    """`model` (empty: the default), refused unless its owner may use it."""
+    model = model or default_model()
+    # The default model is everyone's (inference.access): the common case costs no query.
+    if model != default_model() and model not in models_for(user=conversation.owner):
+        raise Refusal("invalid_field", f"the model {model!r} of this conversation is not available to you")
+    return model
+
+
 def _answer(
     conversation: Conversation,
     user_message: Message,
@@ -90,10 +104,7 @@ def _answer(
 
     `earlier`, the path down to the user message's parent when the caller has it, saves a query;
     so does `new` (a conversation made in this call has no documents yet)."""
-    model = conversation.model_name or default_model()
-    # The default model is everyone's (inference.access): the common case costs no query.
-    if model != default_model() and model not in models_for(user=conversation.owner):
-        raise Refusal("invalid_field", f"the model {model!r} of this conversation is not available to you")
+    model = _available_model(conversation, conversation.model_name)
     assistant = Message.objects.create(
         conversation=conversation,
         parent=user_message,
@@ -116,6 +127,7 @@ def _answer(
 
 
 def _turn(conversation: Conversation, assistant: Message, *, system_prompt: str, history: list) -> Turn:
+    # A generating answer's stored text is what came before its stream (chat_turn_continue).
     return Turn(
         conversation_id=conversation.pk,
         user_message_id=assistant.parent_id,
@@ -128,6 +140,7 @@ def _turn(conversation: Conversation, assistant: Message, *, system_prompt: str,
         max_tokens=conversation.max_tokens or settings.CHAT_MAX_TOKENS,
         min_tokens=conversation.min_tokens or 0,
         model=assistant.model_name,
+        prefix=assistant.content,
     )
 
 
@@ -249,6 +262,36 @@ def chat_turn_regenerate(*, user: AbstractBaseUser, message_id: int) -> Turn:
     answer = _owned_message(user, message_id, Message.Role.ASSISTANT)
     _refuse_if_busy(answer.conversation)
     return _answer(answer.conversation, answer.parent)
+
+
+@transaction.atomic
+def chat_turn_continue(*, user: AbstractBaseUser, message_id: int) -> Turn:
+    """Extend an answer that reached its length limit, in place: the same message generates again,
+    from its text so far, with a fresh token budget (the engine gets the partial answer with
+    `continue_final_message`, so the prefix cache serves the conversation and the answer)."""
+    answer = _owned_message(user, message_id, Message.Role.ASSISTANT)
+    if answer.status != Message.Status.COMPLETE or answer.finish_reason != "length":
+        raise Refusal(
+            "not_continuable",
+            "only an answer cut off at its length limit can be continued",
+            message=message_id,
+        )
+    conversation = answer.conversation
+    _refuse_if_busy(conversation)
+    _available_model(conversation, answer.model_name)
+    # Its stored text stays as it is while it generates: the stream carries what follows.
+    answer.status = Message.Status.GENERATING
+    answer.finish_reason = answer.note = answer.error_code = ""
+    answer.finished_at = None
+    answer.save(update_fields=["status", "finish_reason", "note", "error_code", "finished_at"])
+    conversation.current_leaf = answer
+    conversation.save(update_fields=["current_leaf", "updated_at"])
+    return _turn(
+        conversation,
+        answer,
+        system_prompt=selectors.conversation_preamble(conversation),
+        history=selectors.conversation_history(leaf=answer.parent),
+    )
 
 
 def message_finish(
@@ -453,7 +496,8 @@ def messages_interrupt_stale() -> int:
 
     An answer whose process died is continued by another within seconds (answers.takeover); this
     is the last resort, for one that nothing continued (no web process running, a lost registry).
-    Its stored text is what its readers were shown: the token frames of its stream."""
+    Its stored text is what its readers were shown: the text before its stream (a continued
+    answer's), and the token frames of its stream."""
     seconds = settings.CHAT_STALE_AFTER_SECONDS
     cutoff, stale = timezone.now() - timedelta(seconds=seconds), time.time() - seconds
     candidates = list(
@@ -470,7 +514,7 @@ def messages_interrupt_stale() -> int:
     for pk in dead:
         frames = [orjson.loads(fields[b"frame"]) for _, fields in r.xrange(keys.chat_stream(pk))[1:]]
         interrupted += Message.objects.filter(pk=pk, status=Message.Status.GENERATING).update(
-            content=protocol.text_of(frames),
+            content=Concat(F("content"), Value(protocol.text_of(frames))),
             status=Message.Status.INTERRUPTED,
             error_code="interrupted",
             note="The web process generating this answer stopped before it finished.",

@@ -5,6 +5,7 @@ Words are tokens. Each request plays `script`: a str is a delta, a number a paus
 a wait for it. Without a script the answer is one delta naming how many words the last message had, as
 a summary would. `delay` pauses before anything is sent. A request fails like a broken engine, after its
 script, when `fail_with` is set or its last message contains `poison`; with `hang` it never ends.
+A finished request ends with `finish_reason` (`length`: cut at its limit, as `max_tokens` cuts vLLM's).
 """
 
 import asyncio
@@ -25,12 +26,14 @@ class FakeEngine:
         fail_with: EngineError | None = None,
         poison: str = "POISON",
         hang: bool = False,
+        finish_reason: str = "stop",
     ):
         self.script = script
         self.delay = delay
         self.fail_with = fail_with
         self.poison = poison
         self.hang = hang
+        self.finish_reason = finish_reason
         self.requests: list[ChatRequest] = []
         self.active = 0  # requests streaming now
         self.peak = 0  # the most at once
@@ -75,7 +78,10 @@ class FakeEngine:
                 await asyncio.Event().wait()
             finished = True
             yield Completion(
-                "stop", prompt_tokens=self.PROMPT_TOKENS, cached_tokens=0, completion_tokens=deltas
+                self.finish_reason,
+                prompt_tokens=self.PROMPT_TOKENS,
+                cached_tokens=0,
+                completion_tokens=deltas,
             )
         finally:
             self.active -= 1

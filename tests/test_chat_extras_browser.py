@@ -6,6 +6,8 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from frontend import services
+from frontend.models import Message
+from tests.chat_client import long_answer_conversation
 from tests.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -111,3 +113,38 @@ def test_it_attaches_a_document_as_a_removable_chip(page, product_server):
     page.click("#documents .chip-remove")
     expect(page.locator("#documents .chip")).to_have_count(0)
     assert not conversation.documents.exists()
+
+
+def test_it_says_an_answer_was_cut_off_and_continues_it_in_place(page, product_server):
+    user = get_user_model().objects.create_user("cut", password="pw-cut-123456")
+    # A budget of a few tokens: the answer is cut at its limit by construction.
+    conversation = long_answer_conversation(user, max_tokens=6)
+    log_in(page, product_server, "cut", "pw-cut-123456")
+    page.goto(f"{product_server}/c/{conversation}/")
+    page.fill("#prompt", "Count from one to twenty in words, separated by commas.")
+    page.keyboard.press("Enter")
+    answer = page.locator(".message.assistant")
+    expect(answer.locator(".meta")).to_have_text("Cut off at the length limit.", timeout=90_000)
+    first = Message.objects.get(conversation_id=conversation, role="assistant")
+    assert (first.status, first.finish_reason) == ("complete", "length")
+
+    shown_before = len(answer.locator(".body").inner_text())
+    answer.locator("button.continue").click()
+    # It grows and is cut again, six tokens on: the Continue button is back on a longer answer.
+    page.wait_for_function(
+        """(before) => {
+            const answer = document.querySelector(".message.assistant");
+            const button = answer && answer.querySelector("button.continue");
+            return button && !button.disabled && !answer.classList.contains("generating")
+                && answer.querySelector(".body").innerText.length > before;
+        }""",
+        arg=shown_before,
+        timeout=90_000,
+    )
+    expect(answer).to_have_count(1)
+    continued = Message.objects.get(conversation_id=conversation, role="assistant")
+    assert continued.pk == first.pk and continued.finish_reason == "length"
+    assert continued.content.startswith(first.content) and len(continued.content) > len(first.content)
+    # The page shows the whole answer, as stored.
+    shown = " ".join(answer.locator(".body").inner_text().split())
+    assert shown == " ".join(continued.content.split())

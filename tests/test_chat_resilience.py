@@ -282,7 +282,10 @@ async def test_it_limits_messages_per_user_per_minute(alice, monkeypatch, settin
 
 def test_it_sweeps_answers_no_process_owns_keeping_the_text_their_readers_saw(alice, settings):
     conversation = Conversation.objects.create(owner=alice)
-    dead = Message.objects.create(conversation=conversation, role="assistant", status="generating")
+    # A continued answer (chat.continue): its stored text is what came before its stream.
+    dead = Message.objects.create(
+        conversation=conversation, role="assistant", status="generating", content="Before: "
+    )
     live = Message.objects.create(conversation=conversation, role="assistant", status="generating")
     fresh = Message.objects.create(conversation=conversation, role="assistant", status="generating")
     old = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS + 5)
@@ -301,7 +304,7 @@ def test_it_sweeps_answers_no_process_owns_keeping_the_text_their_readers_saw(al
         client.delete(stream)
     statuses = dict(Message.objects.values_list("pk", "status"))
     assert statuses == {dead.pk: "interrupted", live.pk: "generating", fresh.pk: "generating"}
-    assert Message.objects.get(pk=dead.pk).content == "Half an answer"
+    assert Message.objects.get(pk=dead.pk).content == "Before: Half an answer"
 
 
 async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):

@@ -369,3 +369,19 @@ async def test_it_regenerates_and_edits_and_resumes_a_finished_answer_from_the_s
             f"/chat/stream?message={started['message']}", headers=await token_headers(bob)
         )
     assert theirs.status_code == 404
+
+
+async def test_it_continues_an_answer_cut_off_at_its_length_limit_in_place(alice, monkeypatch):
+    use_engine(monkeypatch, FakeEngine(["Once ", "upon "], finish_reason="length"))
+    headers = await token_headers(alice)
+    cut = await body_of(await post({"prompt": "A tale"}, headers))
+    started = json.loads(cut.split("\n\n")[0].removeprefix("data: "))
+    engine = use_engine(monkeypatch, FakeEngine(["a ", "time."]))
+    more = await body_of(await post({"continue": started["message"]}, headers))
+    payloads = [json.loads(e.split("data: ", 1)[1]) for e in more.split("\n\n")[:-2]]
+    assert payloads[0]["message"] == started["message"]
+    assert [p["token"] for p in payloads if "token" in p] == ["a ", "time."]
+    assert (payloads[-1]["content"], payloads[-1]["finish_reason"]) == ("Once upon a time.", "stop")
+    assert engine.requests[0].messages[-1] == {"role": "assistant", "content": "Once upon "}
+    again = await post({"continue": started["message"]}, headers)
+    assert (again.status_code, json.loads(again.content)["error"]["code"]) == (409, "not_continuable")

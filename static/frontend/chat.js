@@ -16,7 +16,7 @@ const form = document.getElementById("composer");
 const prompt = document.getElementById("prompt");
 
 const state = new ChatState(initial.conversation);
-const view = new ChatView(state, { flip, regenerate, edit });
+const view = new ChatView(state, { flip, regenerate, edit, extend });
 const connection = new Connection("/ws/chat/", {
   onOpen() {
     view.showStatus("");
@@ -123,6 +123,11 @@ function regenerate(id) {
 
 function edit(id, content) {
   begin({ type: "chat.edit", message: id, content }, state.tree.get(id).parent, content);
+}
+
+// Continue an answer cut off at its length limit: the same message grows.
+function extend(id) {
+  begin({ type: "chat.continue", message: id }, state.tree.get(id).parent, null);
 }
 
 function flip(id, step) {

@@ -42,6 +42,8 @@ export class HttpTransport {
       this.stream("POST", "/chat/stream", body, null, null);
     } else if (frame.type === "chat.regenerate") {
       this.stream("POST", "/chat/stream", { regenerate: frame.message }, null, null);
+    } else if (frame.type === "chat.continue") {
+      this.stream("POST", "/chat/stream", { continue: frame.message }, null, null);
     } else if (frame.type === "chat.edit") {
       this.stream("POST", "/chat/stream", { edit: frame.message, prompt: frame.content }, null, null);
     } else if (frame.type === "chat.resume") {

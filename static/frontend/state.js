@@ -34,8 +34,14 @@ export class ChatState {
       this.tree.add({ id: frame.user_message, parent: pending ? pending.parent : null, role: "user",
                       content: pending ? pending.content : "", status: "complete" });
     }
-    this.tree.add({ id: frame.message, parent: frame.user_message, role: "assistant", content: "",
-                    status: "generating", usage: {} });
+    const continued = this.tree.get(frame.message);
+    if (continued) {
+      // Continued past its length limit: the same answer grows from its text so far.
+      Object.assign(continued, { status: "generating", finish_reason: "", note: "" });
+    } else {
+      this.tree.add({ id: frame.message, parent: frame.user_message, role: "assistant", content: "",
+                      status: "generating", usage: {} });
+    }
     this.tree.showPathTo(frame.message);
     return pending;
   }

@@ -26,7 +26,13 @@ function cachedGlance(message) {
   return "⚡ " + usage.cached_tokens + "/" + usage.prompt_tokens + " cached";
 }
 
+// An answer that reached its length limit can be continued in place (chat.continue).
+function cutOff(message) {
+  return message.role === "assistant" && message.status === "complete" && message.finish_reason === "length";
+}
+
 function statusLine(message) {
+  if (cutOff(message)) return "Cut off at the length limit.";
   if (message.role !== "assistant" || message.status === "complete" || message.status === "generating") return "";
   return [message.status, message.note].filter(Boolean).join(" · ");
 }
@@ -42,7 +48,7 @@ export function button(className, text, title, onClick) {
 }
 
 export class ChatView {
-  // `actions`: what the message buttons do, {flip(id, step), regenerate(id), edit(id, content)}.
+  // `actions`: what the message buttons do, {flip(id, step), regenerate(id), edit(id, content), extend(id)}.
   constructor(state, actions) {
     this.state = state;
     this.actions = actions;
@@ -94,6 +100,10 @@ export class ChatView {
     }
     const tree = this.state.tree;
     tools.appendChild(copyButton(() => tree.get(message.id).content));
+    if (cutOff(message)) {
+      tools.appendChild(button("continue", "Continue", "Continue this answer from where it stopped",
+                               () => this.actions.extend(message.id)));
+    }
     tools.appendChild(button("regenerate", "Regenerate", "Answer again", () => this.actions.regenerate(message.id)));
     const info = document.createElement("div");
     info.className = "figures";
@@ -154,11 +164,12 @@ export class ChatView {
     this.keepInView();
   }
 
-  // The live answer: drawn afresh, then grown token by token.
+  // The live answer: drawn afresh, then grown token by token (a continued one from its text so far).
   follow(id) {
     const body = this.refresh(id).querySelector(".body");
     this.renderer = new StreamRenderer(body);
     this.renderer.onRender = () => this.keepInView();
+    this.renderer.append(this.state.tree.get(id).content || "");
   }
 
   append(text) {
@@ -219,7 +230,7 @@ export class ChatView {
     const busy = this.state.busy();
     this.sendButton.disabled = busy;
     this.stopButton.hidden = !this.state.live;
-    for (const b of this.messagesEl.querySelectorAll(".edit, .regenerate")) b.disabled = busy;
+    for (const b of this.messagesEl.querySelectorAll(".edit, .regenerate, .continue")) b.disabled = busy;
     for (const b of this.messagesEl.querySelectorAll(".version-prev, .version-next")) if (busy) b.disabled = true;
     if (!busy) this.renderPath();
   }
