@@ -1,6 +1,7 @@
 # The front door: `make run` starts the product, `make test` runs the suite.
-# Development mode unless DEBUG=false is given: the settings' own default is production (docs/security.md).
-export DEBUG ?= true
+# `make run` serves the product as users get it: production mode, the settings' own default
+# (docs/security.md). `make dev` (or `make run DEBUG=true`), `make test` and `make bench` run in
+# development mode.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -21,12 +22,32 @@ PROCESSES += $(if $(filter cluster,$(TOPOLOGY)),nginx)
 # INFERENCE_REPLICAS=N: N engines behind vLLM's router at INFERENCE_URL (docs/deploy.md).
 export INFERENCE_REPLICAS ?= 1
 PROCESSES += $(if $(filter-out 1,$(INFERENCE_REPLICAS)),router)
+# The data folder (DATA_DIR): database, model, static files, and what `make run` makes below.
+DATA := $(abspath $(or $(DATA_DIR),var))
 # Web and worker processes share one metrics directory, emptied at each start (docs/monitoring.md).
-METRICS_DIR ?= $(if $(PROMETHEUS_MULTIPROC_DIR),$(PROMETHEUS_MULTIPROC_DIR),$(abspath $(or $(DATA_DIR),var))/metrics)
+METRICS_DIR ?= $(if $(PROMETHEUS_MULTIPROC_DIR),$(PROMETHEUS_MULTIPROC_DIR),$(DATA)/metrics)
 # supervisord's configuration, socket and logs (deploy/supervisor.py renders it from the Procfile).
-RUN_DIR ?= $(abspath $(or $(DATA_DIR),var))/run
+RUN_DIR ?= $(DATA)/run
+# Production mode's secret key, made on the first `make run` (unless SECRET_KEY is given).
+SECRET_KEY_FILE ?= $(DATA)/secret-key
+# The random passwords bootstrap_users gives the accounts it makes in production mode.
+PASSWORDS_FILE := $(DATA)/initial-passwords
+DEBUG_ON := $(filter true True TRUE 1 yes on,$(DEBUG))
 
-.PHONY: install run test lint format prepare bench
+# `make run` on this host, in production mode: the key from SECRET_KEY_FILE, this host's names, and
+# plain HTTP on 127.0.0.1, so HTTPS-only cookies, the redirect to HTTPS and HSTS wait until a
+# TLS-terminating proxy in front says so (SECURE_PROXY_SSL_HEADER). Each can be given (docs/security.md).
+run prepare: export SECRET_KEY_FILE := $(SECRET_KEY_FILE)
+run prepare: export ALLOWED_HOSTS ?= localhost,127.0.0.1
+ifeq ($(SECURE_PROXY_SSL_HEADER),)
+run prepare: export SECURE_COOKIES ?= false
+run prepare: export SECURE_SSL_REDIRECT ?= false
+run prepare: export SECURE_HSTS_SECONDS ?= 0
+endif
+# The suite and the benchmarks: development mode unless DEBUG is given.
+test bench: export DEBUG ?= true
+
+.PHONY: install run dev test lint format prepare bench
 
 $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 	$(PYTHON) -m venv $(VENV)
@@ -40,20 +61,48 @@ $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 
 install: $(BIN)/.installed
 
-prepare: install
+# The manifests' scanners, Checkov and kubernetes-validate (tests/test_k8s_checkov.py,
+# tests/test_k8s_manifests.py), pinned, in a virtualenv of their own: their pins clash with the
+# product's. About 70 s the first time; a new pin makes it again.
+TOOLS := .venv-tools
+CHECKOV_VERSION := 3.3.30
+KUBERNETES_VALIDATE_VERSION := 1.37.0
+TOOLS_STAMP := $(TOOLS)/.installed-checkov-$(CHECKOV_VERSION)-kubernetes-validate-$(KUBERNETES_VALIDATE_VERSION)
+$(TOOLS_STAMP):
+	rm -rf $(TOOLS)
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet checkov==$(CHECKOV_VERSION) kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
+	touch $@
+
+.PHONY: tools
+tools: $(TOOLS_STAMP)
+test: tools
+
+prepare: install $(if $(SECRET_KEY),,$(SECRET_KEY_FILE))
 	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) migrate --noinput
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
 
+# Made once, readable by this user only; a new one signs everybody out.
+$(SECRET_KEY_FILE):
+	@mkdir -p "$(@D)"
+	@umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > "$@.new" && mv "$@.new" "$@"
+	@echo "Made the secret key $@ (readable by you only)."
+
 run: prepare
-	@$(MANAGE) bootstrap_users
+	@$(MANAGE) bootstrap_users --keep-passwords "$(PASSWORDS_FILE)"
 	mkdir -p "$(METRICS_DIR)" && rm -f "$(METRICS_DIR)"/*.db
 	$(if $(filter cluster,$(TOPOLOGY)),@command -v nginx >/dev/null || { echo "TOPOLOGY=cluster needs nginx: apt-get install nginx"; exit 1; })
 	WEB_PORT=$(WEB_PORT) WEB_PROCESSES=$(WEB_PROCESSES) $(BIN)/python -m deploy.supervisor "$(RUN_DIR)" $(PROCESSES)
-	@echo "Starting $(PROCESSES). Open http://127.0.0.1:$(WEB_PORT)/ (the engine takes about a minute to load)."
+	@echo "Starting $(PROCESSES) in $(if $(DEBUG_ON),development mode,production mode (make dev: development mode))."
+	@echo "Open http://127.0.0.1:$(WEB_PORT)/ and log in as printed above (the engine takes about a minute to load)."
 	@echo "Each process is restarted when it dies; Ctrl-C stops them all. Status: $(BIN)/supervisorctl -c $(RUN_DIR)/supervisord.conf status"
 	PROMETHEUS_MULTIPROC_DIR="$(METRICS_DIR)" RUN_DIR="$(RUN_DIR)" WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/supervisord -c "$(RUN_DIR)/supervisord.conf"
+
+# Development mode: Django's debug pages and the well-known development passwords.
+dev:
+	@$(MAKE) --no-print-directory run DEBUG=true
 
 test: install
 	mkdir -p "$${DATA_DIR:-var}"

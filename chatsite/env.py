@@ -5,6 +5,7 @@ deployment stops the process at start instead of surfacing later as odd behaviou
 """
 
 import os
+from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -68,3 +69,22 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_file(name: str) -> str:
+    """The text of the file the variable names, stripped; empty when the variable is unset.
+
+    For secrets kept in a file (`make run`'s generated key, a mounted secret): a file that
+    cannot be read, or is empty, stops the process, since a missing secret must never fall
+    back to a default."""
+    path = os.environ.get(name)
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or type(exc).__name__
+        raise ImproperlyConfigured(f"{name}={path!r}: cannot read it ({reason})") from None
+    if not text:
+        raise ImproperlyConfigured(f"{name}={path!r}: the file is empty")
+    return text

@@ -12,14 +12,17 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from answers import drain
-from chatsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from chatsite.env import env_bool, env_choice, env_file, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
 
-# Production mode unless told otherwise: `make run` and `make test` set DEBUG=true for development.
+# Production mode unless told otherwise, as `make run` serves it; `make dev` and `make test` set
+# DEBUG=true for development.
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "dev-only-insecure-key-change-me")
+_DEV_SECRET_KEY = "dev-only-insecure-key-change-me"
+# The key itself, or the file that holds it (`make run` makes one under DATA_DIR); SECRET_KEY wins.
+SECRET_KEY = env_str("SECRET_KEY", "") or env_file("SECRET_KEY_FILE") or _DEV_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 
 INSTALLED_APPS = [
@@ -202,7 +205,8 @@ USAGE_DAILY_TOKENS = env_int("USAGE_DAILY_TOKENS", 0, minimum=0)
 
 # Accounts that `make run` creates on first start. The well-known passwords are for
 # development only: in production mode (DEBUG off) an unset password is a random one,
-# printed once, and a well-known one stops the process (accounts/checks.py).
+# printed once (and kept under DATA_DIR by `make run`), and a well-known one stops the
+# process (accounts/checks.py).
 DEFAULT_PASSWORDS = ("demo-password", "admin-password")
 DEMO_USERNAME = env_str("DEMO_USERNAME", "demo")
 DEMO_PASSWORD = env_str("DEMO_PASSWORD", DEFAULT_PASSWORDS[0] if DEBUG else "")
@@ -321,10 +325,17 @@ if CHAT_STREAM_TTL_SECONDS <= CHAT_TOTAL_TIMEOUT:
         f"CHAT_TOTAL_TIMEOUT={CHAT_TOTAL_TIMEOUT:g}: a stream must outlive the longest answer"
     )
 CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=0.1)
+# The dashboard's history: a point every this many seconds (monitoring.history).
+MONITORING_HISTORY_SAMPLE_SECONDS = 10.0
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-answers": {
         "task": "frontend.tasks.sweep_stale_answers",
         "schedule": CHAT_STALE_AFTER_SECONDS / 2,
+    },
+    "monitoring-history": {
+        "task": "monitoring.tasks.record_history",
+        "schedule": MONITORING_HISTORY_SAMPLE_SECONDS,
+        "options": {"expires": MONITORING_HISTORY_SAMPLE_SECONDS},
     },
 }
 
@@ -332,13 +343,13 @@ CELERY_BEAT_SCHEDULE = {
 # docs/security.md explains each choice. Production mode is DEBUG off: it refuses to start
 # without a real secret key and an explicit host list, and turns on TLS-only cookies, HSTS
 # and the HTTPS redirect unless the environment says otherwise.
-_DEV_SECRET_KEY = "dev-only-insecure-key-change-me"
 if not DEBUG:
     if SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured(
             "DEBUG is off, so SECRET_KEY must be set to a random value of at least 50 characters "
-            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), or DEBUG=true for "
-            "development (make run and make test set it)."
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'), or SECRET_KEY_FILE "
+            "to a file that holds one (make run makes DATA_DIR/secret-key), or DEBUG=true for "
+            "development (make dev and make test set it)."
         )
     # A bearer token for /metrics and health details; a placeholder or a short one is no secret.
     if MONITORING_METRICS_TOKEN and (

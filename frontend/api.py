@@ -48,6 +48,15 @@ def _since(request: HttpRequest):
         raise ApiError(400, "invalid_parameter", "'since' must be an ISO 8601 date or date-time") from None
 
 
+def _archived(request: HttpRequest) -> bool | None:
+    raw = request.GET.get("archived")
+    if raw is None:
+        return None
+    if raw not in ("true", "false"):
+        raise ApiError(400, "invalid_parameter", "'archived' must be true or false")
+    return raw == "true"
+
+
 def _page_url(request: HttpRequest, page: int) -> str:
     query = request.GET.copy()
     query["page"] = str(page)
@@ -57,7 +66,8 @@ def _page_url(request: HttpRequest, page: int) -> str:
 @require_GET
 @json_errors
 def conversation_list(request: HttpRequest) -> JsonResponse:
-    """Conversations, newest activity first, one page at a time; filters: search, since, user (staff)."""
+    """Conversations, newest activity first, one page at a time; filters: search (each result then has
+    the `snippet` its messages matched with), since, archived, user (staff)."""
     user = _user(request)
     username = request.GET.get("user") or None
     everyone = request.GET.get("all") == "true"
@@ -68,12 +78,14 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
         )
     page = _positive_int(request, "page", 1)
     size = min(_positive_int(request, "page_size", settings.CHAT_API_PAGE_SIZE), MAX_PAGE_SIZE)
+    search = request.GET.get("search", "").strip()
     conversations = selectors.conversation_list(
         user=user,
-        search=request.GET.get("search", "").strip(),
+        search=search,
         since=_since(request),
         owner_username=username,
         all_users=others,
+        archived=_archived(request),
     ).select_related("owner")
     if others:
         owner = get_user_model().objects.filter(username=username).values_list("pk", flat=True).first()
@@ -88,12 +100,17 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
     start = (page - 1) * size
     if start >= count and page > 1:
         raise ApiError(404, "not_found", "no such page")
+    results = [selectors.conversation_summary(c) for c in conversations[start : start + size]]
+    if search:
+        snippets = selectors.search_snippets([r["id"] for r in results], search)
+        for result in results:
+            result["snippet"] = snippets.get(result["id"], "")
     return JsonResponse(
         {
             "count": count,
             "next": _page_url(request, page + 1) if start + size < count else None,
             "previous": _page_url(request, page - 1) if page > 1 else None,
-            "results": [selectors.conversation_summary(c) for c in conversations[start : start + size]],
+            "results": results,
         }
     )
 

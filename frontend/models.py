@@ -30,6 +30,9 @@ class Conversation(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The sidebar's organisation: pinned ones on top; archived ones out of the list, found by search.
+    pinned = models.BooleanField(default=False)
+    archived = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-updated_at"]

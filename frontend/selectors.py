@@ -23,17 +23,21 @@ def conversation_list(
     since: datetime | None = None,
     owner_username: str | None = None,
     all_users: bool = False,
+    archived: bool | None = None,
 ) -> QuerySet[Conversation]:
     """The user's conversations, newest first; `all_users` (callers check may_read_all) widens it
     to everyone's.
 
-    `search` matches the title or any message's text, case-insensitively.
+    `search` matches the title or any message's text, case-insensitively. `archived`: only the
+    archived ones (True) or only the others (False); None: both.
     """
     conversations = Conversation.objects.all() if all_users else Conversation.objects.filter(owner=user)
     if owner_username:
         conversations = conversations.filter(owner__username=owner_username)
     if since is not None:
         conversations = conversations.filter(updated_at__gte=since)
+    if archived is not None:
+        conversations = conversations.filter(archived=archived)
     if search:
         matching = Message.objects.filter(content__icontains=search).values("conversation_id")
         conversations = conversations.filter(Q(title__icontains=search) | Q(pk__in=matching))
@@ -141,8 +145,33 @@ def conversation_summary(conversation: Conversation) -> dict:
         "owner": conversation.owner.get_username(),
         "created_at": conversation.created_at.isoformat(),
         "updated_at": conversation.updated_at.isoformat(),
+        "pinned": conversation.pinned,
+        "archived": conversation.archived,
         "settings": conversation_settings(conversation),
     }
+
+
+# A search result's snippet: this many characters before the match, and after it.
+SNIPPET_BEFORE, SNIPPET_AFTER = 40, 90
+
+
+def search_snippets(conversation_ids: list[int], search: str) -> dict[int, str]:
+    """For each conversation whose messages match `search`, the text around the first match in its
+    earliest matching message, on one line; conversations matched by their title alone get none."""
+    needle, snippets = search.lower(), {}
+    matching = (
+        Message.objects.filter(conversation_id__in=conversation_ids, content__icontains=search)
+        .order_by("conversation_id", "created_at", "pk")
+        .values_list("conversation_id", "content")
+    )
+    for conversation_id, content in matching.iterator():
+        at = content.lower().find(needle)
+        if conversation_id in snippets or at < 0:
+            continue
+        start, end = max(0, at - SNIPPET_BEFORE), at + len(needle) + SNIPPET_AFTER
+        text = " ".join(content[start:end].split())
+        snippets[conversation_id] = ("…" if start else "") + text + ("…" if end < len(content) else "")
+    return snippets
 
 
 def preamble(system_prompt: str, documents: Iterable[tuple[str, str]]) -> str:
@@ -198,6 +227,14 @@ def shared_link_get(*, token: str) -> SharedLink | None:
     return SharedLink.objects.filter(
         token=token, revoked_at=None, conversation__owner__is_active=True
     ).first()
+
+
+def shared_links_live(*, user: AbstractBaseUser, conversation_id: int) -> list[SharedLink] | None:
+    """The user's conversation's links that still work, newest first; None: no such conversation."""
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
+    if conversation is None:
+        return None
+    return list(conversation.shared_links.filter(revoked_at=None).order_by("-created_at", "-pk"))
 
 
 def conversation_detail(conversation: Conversation) -> dict:

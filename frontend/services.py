@@ -445,6 +445,18 @@ def conversation_rename(*, user: AbstractBaseUser, conversation_id: int, title: 
     return conversation
 
 
+def conversation_flag(*, user: AbstractBaseUser, conversation_id: int, data: dict) -> Conversation:
+    """Pin or unpin, archive or unarchive (`pinned`, `archived`: booleans); its activity time stays."""
+    conversation = _owned_conversation(user, conversation_id)
+    flags = {name: data[name] for name in ("pinned", "archived") if name in data}
+    if not flags or not all(isinstance(value, bool) for value in flags.values()):
+        raise Refusal("invalid_field", "send 'pinned' and/or 'archived' as true or false")
+    Conversation.objects.filter(pk=conversation.pk).update(**flags)
+    for name, value in flags.items():
+        setattr(conversation, name, value)
+    return conversation
+
+
 def conversation_share(*, user: AbstractBaseUser, conversation_id: int) -> SharedLink:
     """A read-only link to the version shown now: a snapshot of its finished messages."""
     conversation = _owned_conversation(user, conversation_id)

@@ -16,12 +16,14 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from frontend import documents, protocol, rates, selectors, services
-from frontend.http_json import ApiError, check_csrf, json_errors, read_json, unauthenticated
+from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
 from frontend.services import TEMPERATURE_BOUNDS
 from inference.access import models_for
 from inference.engine import engine_client
 
 ACTION_BODY_BYTES = 64 * 1024
+# The most conversations the chat page lists at load; search reaches the rest.
+SIDEBAR_CONVERSATIONS = 200
 
 
 def _bounds(user) -> dict:
@@ -50,17 +52,15 @@ def chat(request: HttpRequest, conversation_id: int | None = None) -> HttpRespon
             raise Http404("No such conversation")
     initial = {
         "conversation": selectors.conversation_detail(conversation) if conversation else None,
+        # The sidebar's list (static/frontend/sidebar.js groups it by date); archived ones are left out.
+        "conversations": list(
+            selectors.conversation_list(user=request.user, archived=False).values(
+                "id", "title", "updated_at", "pinned"
+            )[:SIDEBAR_CONVERSATIONS]
+        ),
         "limits": _bounds(request.user),
     }
-    return render(
-        request,
-        "frontend/chat.html",
-        {
-            "conversations": selectors.conversation_list(user=request.user)[:200],
-            "conversation": conversation,
-            "initial": initial,
-        },
-    )
+    return render(request, "frontend/chat.html", {"conversation": conversation, "initial": initial})
 
 
 def _browser_action(view):
@@ -98,6 +98,16 @@ def conversation_rename(request: HttpRequest, data: dict, conversation_id: int) 
 
 
 @_browser_action
+def conversation_flags(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    """Pin or archive a conversation in the sidebar (or undo either)."""
+    rates.change_check(user_id=request.user.pk)
+    conversation = services.conversation_flag(user=request.user, conversation_id=conversation_id, data=data)
+    return JsonResponse(
+        {"id": conversation.pk, "pinned": conversation.pinned, "archived": conversation.archived}
+    )
+
+
+@_browser_action
 def conversation_delete(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
     rates.change_check(user_id=request.user.pk)
     services.conversation_delete(user=request.user, conversation_id=conversation_id)
@@ -124,13 +134,29 @@ def conversation_show(request: HttpRequest, data: dict, conversation_id: int) ->
     return JsonResponse({"current_leaf": leaf.pk})
 
 
+def _shared_link(request: HttpRequest, link) -> dict:
+    url = request.build_absolute_uri(reverse("shared", args=[link.token]))
+    return {"url": url, "created_at": link.created_at.isoformat()}
+
+
 @_browser_action
 def conversation_share(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
     """A read-only link to a snapshot of the version shown now."""
     rates.change_check(user_id=request.user.pk)
     link = services.conversation_share(user=request.user, conversation_id=conversation_id)
-    url = request.build_absolute_uri(reverse("shared", args=[link.token]))
-    return JsonResponse({"url": url, "created_at": link.created_at.isoformat()}, status=201)
+    return JsonResponse(_shared_link(request, link), status=201)
+
+
+@require_GET
+@json_errors
+def conversation_shares(request: HttpRequest, conversation_id: int) -> JsonResponse:
+    """The conversation's links that still work, newest first, so the share dialog says if it is shared."""
+    if not request.user.is_authenticated:
+        raise unauthenticated()
+    links = selectors.shared_links_live(user=request.user, conversation_id=conversation_id)
+    if links is None:
+        raise not_found("conversation")
+    return JsonResponse({"live": [_shared_link(request, link) for link in links]})
 
 
 @_browser_action

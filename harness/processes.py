@@ -4,6 +4,8 @@ The test suite and the benchmarks serve the product through this, so both measur
 and exercise the daphne that `make run` runs.
 """
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -69,8 +71,26 @@ def daphne_running(
             yield base, process
         finally:
             if process.poll() is None:
+                # SIGTERM drains: answers still running get WEB_DRAIN_SECONDS to finish (answers.drain).
                 process.terminate()
-                process.wait(15)
+                try:
+                    process.wait(float(env.get("WEB_DRAIN_SECONDS", 30)) + 15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(15)
+                    raise
+
+
+def stop_group(process: subprocess.Popen, how: signal.Signals, seconds: float) -> None:
+    """Signal a process started with start_new_session, and its whole group, with `how`; SIGKILL the
+    group if it has not exited within `seconds`."""
+    if process.poll() is None:
+        os.killpg(process.pid, how)
+    try:
+        process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
 
 
 def ports_in_a_row(count: int) -> int:

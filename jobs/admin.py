@@ -1,15 +1,20 @@
-"""Jobs in the admin: submit, watch live progress, start / cancel / retry, download results.
+"""Jobs in the admin: submit, watch a job live, start / cancel / retry, download results.
 
-Every action calls a service. Live progress is a static script polling a small JSON
-view; document and model text is only ever rendered through autoescaping templates
-and format_html, never marked safe.
+Every action calls a service. What changes while a job runs (its status, progress, times and
+prompt cache, each document's state, which actions apply) is drawn by the same functions for
+the page and for the JSON a static script polls (progress.json), and that script puts the new
+text in place. Document and model text is only ever rendered through autoescaping templates and
+format_html, never marked safe, and set with textContent in the browser.
 
-Why one module of about 260 lines: Django finds a model's admin, its actions and its extra
+A job is not edited: its page has no Save buttons, and a form posted to it is refused.
+
+Why one module of about 360 lines: Django finds a model's admin, its actions and its extra
 views in one ModelAdmin; the views are small and each calls a service.
 """
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect
@@ -23,6 +28,65 @@ from jobs.forms import JobCreateForm
 from jobs.ingest import UploadRejected
 from jobs.models import Document, Job
 
+ACTIONS = {"start": "Start", "cancel": "Cancel", "retry": "Retry failed"}
+EMPTY = "–"
+
+
+def _live(kind: str, pk: int, field: str, text: str) -> str:
+    """A value the page's script keeps current: `[data-job|data-document="pk"][data-field]`."""
+    return format_html('<span data-{}="{}" data-field="{}">{}</span>', kind, pk, field, text)
+
+
+def _shown(instance, name: str) -> str:
+    """A model field's value as the admin shows it (choice labels, local times, EMPTY)."""
+    return str(display_for_field(getattr(instance, name), instance._meta.get_field(name), EMPTY))
+
+
+def job_actions(progress: selectors.Progress) -> dict[str, bool]:
+    """Which of the page's actions would change something now, by the services' conditions; retry
+    counts every failed document, though one refused at upload stays failed when retried."""
+    return {
+        "start": progress.status in (Job.Status.DRAFT, Job.Status.CANCELLED),
+        "cancel": progress.status in (*Job.ACTIVE, Job.Status.DRAFT),
+        "retry": progress.failed > 0,
+    }
+
+
+def job_fields(job: Job, progress: selectors.Progress) -> dict[str, str]:
+    """The job's live fields as text."""
+    if progress.cache_hit_ratio is None:
+        cache = EMPTY
+    else:
+        cache = (
+            f"{progress.cache_hit_ratio:.1%} of {progress.prompt_tokens} prompt tokens "
+            "served from the prefix cache"
+        )
+    return {
+        "status": _shown(job, "status"),
+        "started_at": _shown(job, "started_at"),
+        "finished_at": _shown(job, "finished_at"),
+        "cache": cache,
+    }
+
+
+def document_fields(document: Document) -> dict[str, str]:
+    """A document's live fields as text."""
+    result = getattr(document, "result", None)
+    tokens = ""
+    if result is not None:
+        chunks = f" in {result.chunks} chunks" if result.chunks > 1 else ""
+        tokens = (
+            f"{result.document_tokens} / {result.prompt_tokens} / {result.cached_tokens} / "
+            f"{result.completion_tokens}{chunks}"
+        )
+    return {
+        "status": _shown(document, "status"),
+        "attempts": str(document.attempts),
+        "summary": result.summary if result else "",
+        "tokens": tokens,
+        "error": document.error,
+    }
+
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
@@ -35,38 +99,50 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds} s"
 
 
+def _cell(kind: str, field: str, description: str, ordering: str | None = None):
+    """A read-only admin column: one of the live fields that the admin's `_fields` gives."""
+
+    @admin.display(description=description, ordering=ordering)
+    def cell(self, instance) -> str:
+        return _live(kind, instance.pk, field, self._fields(instance)[field])
+
+    return cell
+
+
 class DocumentInline(admin.TabularInline):
+    """The job's documents, read only: each cell is one of `document_fields`, kept current."""
+
     model = Document
     extra = 0
-    max_num = 0
-    can_delete = False
     show_change_link = False
-    fields = ["external_id", "status", "attempts", "summary", "tokens", "error"]
+    fields = ["external_id", "state", "tries", "summary", "tokens", "error_text"]
     readonly_fields = fields
+
+    state = _cell("document", "status", "status")
+    tries = _cell("document", "attempts", "attempts")
+    summary = _cell("document", "summary", "summary")
+    tokens = _cell("document", "tokens", "tokens (document / prompt / cached / summary)")
+    error_text = _cell("document", "error", "error")
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("result").defer("source", "text")
 
-    @admin.display(description="summary")
-    def summary(self, document: Document) -> str:
-        result = getattr(document, "result", None)
-        return result.summary if result else ""
+    def _fields(self, document: Document) -> dict[str, str]:
+        return document_fields(document)
 
-    @admin.display(description="tokens (document / prompt / cached / summary)")
-    def tokens(self, document: Document) -> str:
-        result = getattr(document, "result", None)
-        if result is None:
-            return ""
-        chunks = f" in {result.chunks} chunks" if result.chunks > 1 else ""
-        return (
-            f"{result.document_tokens} / {result.prompt_tokens} / {result.cached_tokens} / "
-            f"{result.completion_tokens}{chunks}"
-        )
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "title", "owner", "status", "progress", "created_at"]
+    list_display = ["id", "title", "owner", "state", "progress", "created_at"]
     list_filter = ["status", "preset", "created_at"]
     search_fields = ["name", "owner__username"]
     list_select_related = ["owner"]
@@ -75,7 +151,7 @@ class JobAdmin(admin.ModelAdmin):
     fields = [
         "name",
         "owner",
-        "status",
+        "state",
         "progress",
         "cache",
         "downloads",
@@ -83,8 +159,8 @@ class JobAdmin(admin.ModelAdmin):
         "instruction",
         "max_summary_tokens",
         "created_at",
-        "started_at",
-        "finished_at",
+        "started",
+        "finished",
     ]
     readonly_fields = fields
 
@@ -114,9 +190,19 @@ class JobAdmin(admin.ModelAdmin):
             job._progress_cache = selectors.job_progress(job=job)
         return job._progress_cache
 
+    def _fields(self, job: Job) -> dict[str, str]:
+        if not hasattr(job, "_fields_cache"):
+            job._fields_cache = job_fields(job, self._progress(job))
+        return job._fields_cache
+
     @admin.display(description="job", ordering="name")
     def title(self, job: Job) -> str:
         return str(job)
+
+    state = _cell("job", "status", "status", ordering="status")
+    started = _cell("job", "started_at", "started at")
+    finished = _cell("job", "finished_at", "finished at")
+    cache = _cell("job", "cache", "prompt cache")
 
     @admin.display(description="progress")
     def progress(self, job: Job) -> str:
@@ -136,13 +222,6 @@ class JobAdmin(admin.ModelAdmin):
             f"{p.docs_per_minute} docs/min" if p.docs_per_minute is not None else "not started",
             f"{_duration(p.eta_seconds)} left" if p.eta_seconds is not None else p.status,
         )
-
-    @admin.display(description="prompt cache")
-    def cache(self, job: Job) -> str:
-        p = self._progress(job)
-        if p.cache_hit_ratio is None:
-            return "–"
-        return f"{p.cache_hit_ratio:.1%} of {p.prompt_tokens} prompt tokens served from the prefix cache"
 
     @admin.display(description="results")
     def downloads(self, job: Job) -> str:
@@ -195,15 +274,40 @@ class JobAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/jobs/job/add_form.html", context)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = {**(extra_context or {}), "job_actions": ["start", "cancel", "retry"]}
+        # Nothing on a job's page is edited: a posted form would only log "no fields changed".
+        if request.method == "POST":
+            if not self.has_change_permission(request):
+                raise PermissionDenied
+            return HttpResponseNotAllowed(["GET"])
         return super().change_view(request, object_id, form_url, extra_context)
 
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context.update(show_save=False, show_save_and_continue=False, show_save_and_add_another=False)
+        context["title"] = f"View {self.opts.verbose_name}"
+        if obj is not None:
+            enabled = job_actions(self._progress(obj))
+            context["job_actions"] = [(action, label, enabled[action]) for action, label in ACTIONS.items()]
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
     def progress_view(self, request: HttpRequest) -> JsonResponse:
+        """Each job of `ids`: its progress, live fields and enabled actions; and with
+        `documents=<id>`, that job's documents' live fields."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         ids = [int(i) for i in request.GET.get("ids", "").split(",") if i.isdigit()][:200]
-        progress = selectors.jobs_progress(jobs=Job.objects.filter(pk__in=ids))
-        return JsonResponse({"jobs": {str(pk): p.as_dict() for pk, p in progress.items()}})
+        jobs = {job.pk: job for job in Job.objects.filter(pk__in=ids)}
+        progress = selectors.jobs_progress(jobs=jobs.values())
+        body = {
+            str(pk): {**p.as_dict(), "fields": job_fields(jobs[pk], p), "actions": job_actions(p)}
+            for pk, p in progress.items()
+        }
+        detailed = request.GET.get("documents", "")
+        if detailed.isdigit() and int(detailed) in jobs:
+            body[detailed]["documents"] = [
+                {"id": document.pk, "fields": document_fields(document)}
+                for document in selectors.job_documents(job=jobs[int(detailed)])
+            ]
+        return JsonResponse({"jobs": body})
 
     def _download(self, request: HttpRequest, job_id: int, lines, content_type: str, suffix: str):
         if not self.has_view_permission(request):
@@ -237,7 +341,7 @@ class JobAdmin(admin.ModelAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         # The permission first, so a missing job and a forbidden one answer alike.
-        if action not in ("start", "cancel", "retry") or not self.has_change_permission(request):
+        if action not in ACTIONS or not self.has_change_permission(request):
             raise PermissionDenied
         job = get_object_or_404(Job, pk=job_id)
         self.message_user(request, self._apply(request, action, job), messages.SUCCESS)

@@ -6,6 +6,8 @@ snapshot of both; figures are
 differences between the newest snapshot and one about `MONITORING_WINDOW_SECONDS`
 old, so they describe the last minute rather than the process's lifetime, and they
 stay right with several web processes (the snapshots come from the shared metrics).
+monitoring.history records the same figures (`figures_between` two of its own snapshots) every
+few seconds, so the charts open with the last 15 minutes.
 """
 
 import math
@@ -142,18 +144,29 @@ class Window:
 _window = Window()
 
 
-def dashboard_figures() -> dict:
-    """Everything the dashboard draws, over the last window (lifetime totals on the first call)."""
+def take_sample() -> tuple[Sample, list[ReplicaMetrics]]:
+    """A snapshot of the web tier's and every engine's metrics, with the engines as read."""
     web_text, _ = metrics.render()
     read, replicas = scrape_engine()
-    sample = Sample(at=time.time(), web=parse(web_text.decode()), replicas=replicas)
+    return Sample(at=time.time(), web=parse(web_text.decode()), replicas=replicas), read
+
+
+def dashboard_figures() -> dict:
+    """Everything the dashboard draws, over the last window (lifetime totals on the first call)."""
+    sample, read = take_sample()
     base = _window.add(sample, settings.MONITORING_WINDOW_SECONDS)
+    return {**figures_between(sample, base, read), "host": host_figures()}
+
+
+def figures_between(sample: Sample, base: Sample | None, read: list[ReplicaMetrics]) -> dict:
+    """The web tier's and the engines' figures between two samples (lifetime ones without `base`)."""
     web, old_web = sample.web, base.web if base else None
     seconds = sample.at - base.at if base else None
     ttft, gap = "chat_time_to_first_token_seconds", "chat_time_between_tokens_seconds"
     errors = [f"{r.url}: {r.error}" for r in read if r.error is not None] or (
         [] if read else ["the router lists no engines"]
     )
+    replicas = sample.replicas
     engine = merged([snapshot for snapshot in replicas.values() if snapshot is not None])
     # The window's figures over the engines read both times: one that came or went in between
     # would add its lifetime counts to the window, or take them away.
@@ -166,7 +179,7 @@ def dashboard_figures() -> dict:
     )
     return {
         "time": sample.at,
-        "window_seconds": round(sample.at - base.at, 1) if base else None,
+        "window_seconds": round(seconds, 1) if base else None,
         "web": {
             "ttft_p50_ms": _quantile_ms(0.5, ttft, web, old_web),
             "ttft_p95_ms": _quantile_ms(0.95, ttft, web, old_web),
@@ -183,7 +196,6 @@ def dashboard_figures() -> dict:
             "engine_errors": web.get("chat_engine_errors_total", 0.0),
             "admissions_refused": web.get("chat_admissions_refused_total", 0.0),
         },
-        "host": host_figures(),
         "engine": {
             "up": engine is not None,
             "error": "; ".join(errors) or None,
@@ -198,7 +210,7 @@ def dashboard_figures() -> dict:
                 "healthy": r.healthy,
                 "up": replicas[r.url] is not None,
                 "error": r.error,
-                **engine_figures(replicas[r.url], base.replicas.get(r.url) if base else None, seconds),
+                **engine_figures(replicas[r.url], old.get(r.url), seconds),
             }
             for r in read
         ],

@@ -87,10 +87,43 @@ def gpus() -> list[dict] | None:
         pynvml.nvmlShutdown()
 
 
+def cpu_times() -> tuple[float, float]:
+    """The host's busy and total CPU seconds since boot."""
+    times = psutil.cpu_times()
+    total = sum(times)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
+def cpu_percent_between(now: tuple[float, float], before: tuple[float, float] | None) -> float | None:
+    """The host's CPU use between two `cpu_times()` readings; None without an earlier one."""
+    if before is None or now[1] <= before[1]:
+        return None
+    return round(100 * (now[0] - before[0]) / (now[1] - before[1]), 1)
+
+
+class _CpuClock:
+    """The host's CPU use since this process's previous reading. Not psutil.cpu_percent, which
+    keeps its last reading per thread: the web process answers each request in a new thread, where
+    psutil would measure from that same moment and report 0."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+        self._lock = threading.Lock()
+
+    def percent(self) -> float | None:
+        now = cpu_times()
+        with self._lock:
+            before, self._last = self._last, now
+        return cpu_percent_between(now, before)
+
+
+_cpu = _CpuClock()
+
+
 def host_figures() -> dict:
     memory = psutil.virtual_memory()
     return {
-        "cpu_percent": psutil.cpu_percent(interval=None),
+        "cpu_percent": _cpu.percent(),
         "cpus": psutil.cpu_count(),
         "memory_used_mib": round((memory.total - memory.available) / MIB),
         "memory_total_mib": round(memory.total / MIB),

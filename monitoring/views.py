@@ -5,8 +5,9 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
+from redis.exceptions import RedisError
 
-from monitoring import metrics
+from monitoring import history, metrics
 from monitoring.access import by_token, may_read_metrics
 from monitoring.figures import dashboard_figures
 from usage import selectors as usage_selectors
@@ -32,6 +33,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         {
             "refresh_ms": int(settings.MONITORING_REFRESH_SECONDS * 1000),
             "window_seconds": f"{settings.MONITORING_WINDOW_SECONDS:g}",
+            "history_seconds": history.HISTORY_SECONDS,
+            "history_minutes": history.HISTORY_SECONDS // 60,
+            "sample_seconds": f"{history.SAMPLE_SECONDS:g}",
             "engine_url": settings.INFERENCE_URL,
             "top_users": usage_selectors.top_users(day=usage_selectors.today()),
         },
@@ -41,4 +45,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @never_cache
 @staff_member_required
 def dashboard_data(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(dashboard_figures())
+    """The figures now; with `?history=1`, also the recorded points of the last 15 minutes."""
+    figures = dashboard_figures()
+    if request.GET.get("history") == "1":
+        try:
+            figures["history"] = history.history_points()
+        except RedisError as exc:
+            detail = f"Redis did not answer ({exc}); the charts start now."
+            return JsonResponse({"error": {"code": "history_unavailable", "detail": detail}}, status=503)
+    return JsonResponse(figures)

@@ -3,6 +3,7 @@
 chat:  written by the web tier (frontend/); the bulk runner reads CHAT_ACTIVE to give way.
 inference:  written by the engine's supervisor (runinference), read by the web tier.
 jobs:  written and read by bulk job runners (jobs/).
+monitoring:  the dashboard's history, written by a Celery task beat queues (monitoring.history).
 Rate limits are kept by the `limits` package under its own prefix, in these namespaces.
 """
 
@@ -21,6 +22,11 @@ CHAT_CHANGES_LIMIT = "chat-changes"
 LOGIN_FAILURES_LIMIT = "login-failures"
 # Each bulk runner's requests in flight, one key per runner (jobs.shaping).
 BULK_INFLIGHT_PREFIX = "jobs:bulk:inflight:"
+# The dashboard's points of the last 15 minutes, scored by time; the raw snapshot the newest was
+# measured from; the lock that keeps one writer per site (monitoring.history).
+MONITORING_HISTORY = "monitoring:history"
+MONITORING_HISTORY_LAST = "monitoring:history:last"
+MONITORING_HISTORY_WRITER = "monitoring:history:writer"
 
 
 def chat_user_generations(user_id: int) -> str:

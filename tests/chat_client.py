@@ -17,6 +17,17 @@ def long_answer_conversation(user, max_tokens: int = 1024) -> int:
     return services.conversation_create(user=user, settings_data=settings_data).pk
 
 
+def answered_turn(user, question: str, answer: str, **fields):
+    """A new conversation with one question and its finished answer (message_finish's `fields`)."""
+    from frontend import services
+
+    turn = services.chat_turn_start(user=user, conversation_id=None, content=question)
+    services.message_finish(
+        message_id=turn.assistant_message_id, content=answer, **{"status": "complete", **fields}
+    )
+    return turn
+
+
 def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)

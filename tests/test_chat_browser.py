@@ -221,7 +221,9 @@ def test_it_searches_renames_and_deletes_conversations(page, product_server):
 
     page.fill("#search", "KRILL")
     expect(page.locator("#conversation-list .conv")).to_have_count(1)
-    assert page.locator("#conversation-list .conv-link").inner_text() == "What do penguins eat?"
+    assert page.locator("#conversation-list .conv-title").inner_text() == "What do penguins eat?"
+    # The text it matched, the match marked.
+    expect(page.locator("#conversation-list .conv-snippet mark")).to_have_text("krill")
     page.fill("#search", "")
     expect(page.locator("#conversation-list .conv")).to_have_count(2)
 
@@ -232,7 +234,7 @@ def test_it_searches_renames_and_deletes_conversations(page, product_server):
     with page.expect_response("**/rename"):
         page.keyboard.press("Enter")
     # The list shows the new title once the page has read the response.
-    expect(row.locator(".conv-link")).to_have_text("Antarctic birds")
+    expect(row.locator(".conv-title")).to_have_text("Antarctic birds")
     assert Conversation.objects.get(pk=penguins.conversation_id).title == "Antarctic birds"
 
     page.once("dialog", lambda dialog: dialog.accept())

@@ -24,6 +24,22 @@ def block_websockets(page) -> dict:
     return seen
 
 
+# Every text the status line shows, kept by the page for the test to read.
+STATUS_RECORDER = """
+window.__statuses = [];
+document.addEventListener("DOMContentLoaded", () => {
+  const status = document.getElementById("status");
+  if (!status) return;
+  new MutationObserver(() => window.__statuses.push(status.textContent))
+    .observe(status, { childList: true, characterData: true, subtree: true });
+});
+"""
+
+
+def lost_connection_said(page) -> bool:
+    return any("Connection lost" in text for text in page.evaluate("window.__statuses"))
+
+
 def test_it_chats_stops_and_resumes_after_a_reload_over_http_when_websockets_are_blocked(
     page, product_server
 ):
@@ -33,6 +49,7 @@ def test_it_chats_stops_and_resumes_after_a_reload_over_http_when_websockets_are
         user=user, settings_data={"max_tokens": 300, "min_tokens": 300, "temperature": 0}
     )
     refused = block_websockets(page)
+    page.add_init_script(STATUS_RECORDER)
     streams = []
     page.on("request", lambda r: streams.append((r.method, r.url)) if "/chat/stream" in r.url else None)
     log_in(page, product_server, "lea", "pw-lea-123456", f"/accounts/login/?next=/c/{conversation.pk}/")
@@ -43,11 +60,17 @@ def test_it_chats_stops_and_resumes_after_a_reload_over_http_when_websockets_are
     assert refused["refused"] >= 3 and ("POST", f"{product_server}/chat/stream") in streams
     message = Message.objects.get(conversation=conversation, role="assistant")
 
-    # Reload mid-answer: the new page finds the answer generating and resumes it from its last token.
+    # A socket that never opened is no lost connection: nothing says so.
+    assert not lost_connection_said(page)
+
+    # Reload mid-answer: the new page finds the answer generating and resumes it from its last token,
+    # over HTTP at once: the tab remembers that its sockets are refused.
     page.wait_for_function("() => document.querySelector('.message.assistant .body').innerText.length > 40")
+    tries = refused["refused"]
     page.reload()
     page.wait_for_selector(".message.assistant.generating", state="detached", timeout=120_000)
     assert any(method == "GET" and f"message={message.pk}" in url for method, url in streams)
+    assert refused["refused"] == tries
     message.refresh_from_db()
     assert message.status == "complete" and message.completion_tokens == 300
     shown = page.locator(".message.assistant .body").last.inner_text()
@@ -65,3 +88,4 @@ def test_it_chats_stops_and_resumes_after_a_reload_over_http_when_websockets_are
     page.wait_for_selector(".message.assistant.generating", state="detached", timeout=60_000)
     second = Message.objects.filter(conversation=conversation, role="assistant").order_by("pk").last()
     assert second.status == "stopped" and second.finish_reason == "abort"
+    assert not lost_connection_said(page)

@@ -1,5 +1,6 @@
 """Management commands that `make run` relies on."""
 
+import stat
 from io import StringIO
 
 import pytest
@@ -25,6 +26,38 @@ def test_it_creates_the_demo_and_staff_users_once(settings):
     call_command("bootstrap_users", stdout=again)
     assert User.objects.count() == 2
     assert "exists" in again.getvalue()
+
+
+@pytest.mark.django_db
+def test_it_keeps_the_random_passwords_where_make_run_asks_readable_by_their_owner_only(settings, tmp_path):
+    settings.DEBUG = False
+    settings.DEMO_PASSWORD = settings.STAFF_PASSWORD = ""  # as unset with DEBUG off
+    kept = tmp_path / "data" / "initial-passwords"
+    out = StringIO()
+    call_command("bootstrap_users", keep_passwords=kept, stdout=out)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    for username in (settings.DEMO_USERNAME, settings.STAFF_USERNAME):
+        shown = out.getvalue().split(f" {username} / ")[1].split()[0]
+        assert get_user_model().objects.get(username=username).check_password(shown)
+        assert f"\n{username} {shown}\n" in kept.read_text()
+        assert f"{username} / {shown}  (created; kept in {kept})" in out.getvalue()
+    # The next start changes nothing and says where the first passwords are.
+    before = kept.read_text()
+    again = StringIO()
+    call_command("bootstrap_users", keep_passwords=kept, stdout=again)
+    assert kept.read_text() == before
+    assert f"(exists; password unchanged; the one it was created with is in {kept})" in again.getvalue()
+
+
+@pytest.mark.django_db
+def test_it_keeps_no_password_the_operator_chose(settings, tmp_path):
+    kept = tmp_path / "initial-passwords"
+    kept.write_text(f"{settings.DEMO_USERNAME} left-from-an-earlier-account\n")
+    call_command("bootstrap_users", keep_passwords=kept, stdout=StringIO())  # development passwords
+    assert "left-from-an-earlier-account" not in kept.read_text()
+    assert (
+        get_user_model().objects.get(username=settings.DEMO_USERNAME).check_password(settings.DEMO_PASSWORD)
+    )
 
 
 @pytest.fixture

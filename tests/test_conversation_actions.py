@@ -89,3 +89,49 @@ def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, clie
     nested = browser.post(url, "[" * 20_000, content_type="application/json", HTTP_X_CSRFTOKEN=token)
     assert (nested.status_code, nested.json()["error"]["code"]) == (400, "invalid_json")
     assert browser.get(url).status_code == 405
+
+
+def test_it_pins_and_archives_without_moving_the_conversation_in_time(browser, alice, client):
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    base = f"/c/{turn.conversation_id}"
+    before = Conversation.objects.get(pk=turn.conversation_id).updated_at
+    assert post(browser, base + "/flags", {"pinned": True}).json() == {
+        "id": turn.conversation_id,
+        "pinned": True,
+        "archived": False,
+    }
+    assert post(browser, base + "/flags", {"archived": True, "pinned": False}).json()["archived"] is True
+    conversation = Conversation.objects.get(pk=turn.conversation_id)
+    assert (conversation.pinned, conversation.archived, conversation.updated_at) == (False, True, before)
+    # The chat page lists only the others; search still finds it (the store API's test).
+    page = browser.get("/")
+    listed = json.loads(
+        page.content.decode().split('id="initial-state" type="application/json">')[1].split("<")[0]
+    )
+    assert listed["conversations"] == []
+    for body in ({}, {"pinned": "yes"}, {"archived": 1}):
+        response = post(browser, base + "/flags", body)
+        assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_field")
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+    theirs = services.chat_turn_start(user=bob, conversation_id=None, content="Mine")
+    assert post(browser, f"/c/{theirs.conversation_id}/flags", {"pinned": True}).status_code == 404
+    assert not Conversation.objects.get(pk=theirs.conversation_id).pinned
+
+
+def test_it_says_which_share_links_are_live(browser, alice):
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    services.message_finish(message_id=turn.assistant_message_id, content="Hello.", status="complete")
+    base = f"/c/{turn.conversation_id}"
+    assert browser.get(base + "/shares").json() == {"live": []}
+    first = post(browser, base + "/share", {}).json()
+    second = post(browser, base + "/share", {}).json()
+    assert [link["url"] for link in browser.get(base + "/shares").json()["live"]] == [
+        second["url"],
+        first["url"],
+    ]
+    post(browser, base + "/unshare", {})
+    assert browser.get(base + "/shares").json() == {"live": []}
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+    theirs = services.chat_turn_start(user=bob, conversation_id=None, content="Mine")
+    assert browser.get(f"/c/{theirs.conversation_id}/shares").status_code == 404
+    assert Client().get(base + "/shares").status_code == 401

@@ -1,8 +1,10 @@
-"""Jobs in the admin: submit with files, live progress, actions, downloads, escaped text."""
+"""Jobs in the admin: submit with files, live progress and fields, actions, no Save buttons, downloads,
+escaped text."""
 
 import csv
 import io
 import json
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -95,10 +97,76 @@ def test_it_serves_live_progress_as_json(admin_client):
     job = finished_job(admin_client.user)
     listing = admin_client.get("/admin/jobs/job/").content.decode()
     assert f'data-job-progress="{job.pk}"' in listing and "<progress" in listing
+    assert f'<span data-job="{job.pk}" data-field="status">Draft</span>' in listing
     body = admin_client.get(f"/admin/jobs/job/progress.json?ids={job.pk},999").json()
     progress = body["jobs"][str(job.pk)]
     assert (progress["total"], progress["done"], progress["failed"]) == (2, 1, 1)
     assert progress["cache_hit_ratio"] == 0.64
+    assert progress["fields"] == {
+        "status": "Draft",
+        "started_at": "–",
+        "finished_at": "–",
+        "cache": "64.0% of 50 prompt tokens served from the prefix cache",
+    }
+    assert progress["actions"] == {"start": True, "cancel": True, "retry": True}
+    assert "documents" not in progress, "documents only for the job a page asks them for"
+
+
+def test_it_serves_each_documents_live_fields_for_the_job_page(admin_client):
+    job = finished_job(admin_client.user)
+    body = admin_client.get(f"/admin/jobs/job/progress.json?ids={job.pk}&documents={job.pk}").json()
+    first, second = job.documents.order_by("id")
+    assert body["jobs"][str(job.pk)]["documents"] == [
+        {
+            "id": first.pk,
+            "fields": {
+                "status": "Done",
+                "attempts": "0",
+                "summary": HOSTILE,
+                "tokens": "0 / 50 / 32 / 0",
+                "error": "",
+            },
+        },
+        {
+            "id": second.pk,
+            "fields": {"status": "Failed", "attempts": "0", "summary": "", "tokens": "", "error": HOSTILE},
+        },
+    ]
+    # The page draws the same text in the cells its script updates.
+    change = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert f'<span data-document="{first.pk}" data-field="status">Done</span>' in change
+    assert f'<span data-document="{second.pk}" data-field="status">Failed</span>' in change
+    assert f'<span data-job="{job.pk}" data-field="finished_at">–</span>' in change
+
+
+def test_it_offers_no_save_buttons_on_a_job_page_and_refuses_a_posted_form(admin_client):
+    job = finished_job(admin_client.user)
+    change = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert 'name="_save"' not in change and 'name="_continue"' not in change
+    assert 'name="_addanother"' not in change and 'type="submit" value="Save' not in change
+    assert 'class="deletelink"' in change and 'class="closelink"' in change
+    response = admin_client.post(f"/admin/jobs/job/{job.pk}/change/", {"name": "Renamed", "_save": "Save"})
+    assert response.status_code == 405
+    job.refresh_from_db()
+    assert job.name == HOSTILE
+
+
+def test_it_enables_only_the_actions_that_apply_to_the_jobs_state(admin_client):
+    job = finished_job(admin_client.user)
+
+    def buttons() -> dict[str, bool]:
+        change = admin_client.get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+        found = re.findall(r'data-job-action="(\w+)"( disabled)?>', change)
+        return {action: not disabled for action, disabled in found}
+
+    assert buttons() == {"start": True, "cancel": True, "retry": True}
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.RUNNING)
+    assert buttons() == {"start": False, "cancel": True, "retry": True}
+    Document.objects.filter(job=job, status="failed").update(status="done")
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.COMPLETED)
+    assert buttons() == {"start": False, "cancel": False, "retry": False}
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
+    assert buttons() == {"start": True, "cancel": False, "retry": False}
 
 
 def test_it_downloads_results_as_jsonl_and_csv(admin_client):

@@ -1,11 +1,14 @@
 """deploy/k8s, rendered by `kubectl kustomize`, runs what the code says: each container runs its
 Procfile line, sets only variables the product reads, and starts in production mode once the
-Secret is filled in; the probes reach the health views on the ports the processes listen on;
+Secret is filled in; the probes reach the health views on the ports the processes listen on, and
+the Celery processes' probes (commands) pass while the process works and fail once it is stuck;
 the ingress outlasts the longest answer and takes the largest upload; exactly one beat runs;
-the router finds the engine pods and is what INFERENCE_URL names.
+the router finds the engine pods and is what INFERENCE_URL names; only the pods that need it are
+reachable; the manifests are valid for Kubernetes 1.33.
 
-These tests read the rendered manifests and check them against the code. No cluster or container
-engine ran here: neither the manifests nor deploy/Dockerfile have been applied or built.
+These tests read the rendered manifests and check them against the code (tests/test_k8s_checkov.py
+scans them and checks their hardening). No cluster or container engine ran here: neither the
+manifests nor deploy/Dockerfile have been applied or built.
 """
 
 import base64
@@ -14,24 +17,33 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from celery.beat import Scheduler
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from django.urls import resolve
 
 from deploy.supervisor import STOP_WAIT, procfile
 from frontend import health
-from harness.processes import ROOT
+from harness.processes import ROOT, stop_group, wait_for
+from inference.launcher import EngineSupervisor
 from inference.router import RouterConfig
 from tests.test_configuration_docs import read_by_the_product
 
 KUSTOMIZATION = ROOT / "deploy" / "k8s"
+# Checkov and kubernetes-validate: pinned by the Makefile (`make tools`), apart from the product's.
+TOOLS = ROOT / ".venv-tools" / "bin"
 # Each product workload's app.kubernetes.io/component label, and the Procfile process it runs.
 PROCESSES = {"web": "web", "worker": "worker", "beat": "beat", "bulk": "bulk", "engine": "inference"}
 # Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy,
@@ -42,19 +54,42 @@ WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
 INGRESS = "nginx.ingress.kubernetes.io/"
 
 
-@pytest.fixture(scope="module")
-def objects() -> list[dict]:
+def missing(tool: str, how: str) -> NoReturn:
+    """A tool these tests need is not installed: a failure under CI, which installs every one
+    (.ci/run, `make test`), a skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{tool} is needed here: {how}", pytrace=False)
+    pytest.skip(f"{tool} is not installed: {how}")
+
+
+def scanner(name: str) -> Path:
+    """A program of the scanners' own virtualenv (`make tools`, which `make test` runs)."""
+    program = TOOLS / name
+    if not program.exists():
+        missing(name, "`make tools` installs it into .venv-tools")
+    return program
+
+
+def render() -> str:
+    """deploy/k8s as `kubectl kustomize` renders it."""
     # The machine's kubectl, else the one .ci/run installs into the venv where the machine has none.
     kubectl = shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))
     if kubectl is None:
-        if os.environ.get("CI"):
-            pytest.fail("kubectl is needed to render deploy/k8s (`kubectl kustomize`)", pytrace=False)
-        pytest.skip("kubectl is not installed, so deploy/k8s cannot be rendered")
+        missing("kubectl", "it renders deploy/k8s (`kubectl kustomize`); .ci/run installs it")
     result = subprocess.run(
         [kubectl, "kustomize", str(KUSTOMIZATION)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    return [document for document in yaml.safe_load_all(result.stdout) if document]
+    return result.stdout
+
+
+def rendered_objects() -> list[dict]:
+    return [document for document in yaml.safe_load_all(render()) if document]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict]:
+    return rendered_objects()
 
 
 def one(objects: list[dict], kind: str, name: str | None = None) -> dict:
@@ -98,13 +133,22 @@ def main_container(workload: dict) -> dict:
     return containers[0]
 
 
-def product_containers(objects: list[dict]) -> list[dict]:
-    """Every container that runs the product's image: all but the router's."""
+def every_container(objects: list[dict]) -> list[tuple[dict, dict]]:
+    """(workload, container) for every container of every workload, init containers too."""
     return [
-        container
-        for component, workload in workloads(objects).items()
-        if component != "router"
+        (workload, container)
+        for workload in workloads(objects).values()
         for container in pod_spec(workload).get("initContainers", []) + pod_spec(workload)["containers"]
+    ]
+
+
+def product_containers(objects: list[dict]) -> list[dict]:
+    """Every container that runs a process of the product's, with its settings: all but the
+    router's, which runs vllm-router."""
+    return [
+        c
+        for w, c in every_container(objects)
+        if w["metadata"]["labels"]["app.kubernetes.io/component"] != "router"
     ]
 
 
@@ -197,12 +241,7 @@ def test_every_product_container_runs_one_image_with_the_config_and_only_the_sec
     for container in containers:
         sources = {(kind, s[kind]["name"]) for s in container.get("envFrom", []) for kind in s}
         assert sources == {("configMapRef", "chat-config")}, container["name"]
-    every = [
-        c
-        for w in workloads(objects).values()
-        for c in pod_spec(w).get("initContainers", []) + pod_spec(w)["containers"]
-    ]
-    assert {c["name"]: secrets_of(c) for c in every} == SECRETS_READ
+    assert {c["name"]: secrets_of(c) for _, c in every_container(objects)} == SECRETS_READ
     assert set().union(*SECRETS_READ.values()) == set(secret(objects))  # none the Secret holds for nobody
 
 
@@ -491,3 +530,157 @@ def test_the_image_and_the_manifests_agree(objects):
     user = re.search(r"^USER (\S+)$", dockerfile, re.MULTILINE).group(1)
     assert user.isdigit()
     assert pod_spec(workloads(objects)["engine"])["securityContext"]["fsGroup"] == int(user)
+
+
+# The Kubernetes the manifests are checked against (the web pods' preStop `sleep` needs 1.30).
+KUBERNETES_VERSION = "1.33.0"
+
+
+def test_the_manifests_are_valid_kubernetes_objects(tmp_path):
+    rendered = tmp_path / "deploy-k8s.yaml"
+    rendered.write_text(render())
+    command = [scanner("kubernetes-validate"), "--kubernetes-version", KUBERNETES_VERSION]
+    # --strict: a field Kubernetes does not know (a typo, a field of another version) fails too.
+    result = subprocess.run(
+        [*command, "--strict", "--quiet", rendered], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_web_pods_admit_the_ingress_controller_only_and_the_other_pods_nothing(objects):
+    pods = {component: pod_labels(workload) for component, workload in workloads(objects).items()}
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    governing = {
+        c: [p for p in policies if selected(p["spec"]["podSelector"], labels)] for c, labels in pods.items()
+    }
+    assert all(len(found) == 1 for found in governing.values()), governing
+    [web] = governing["web"]
+    [rule] = web["spec"]["ingress"]
+    # The namespace TRUSTED_PROXIES's pods live in (docs/deploy.md), on the port the pods listen on.
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+    ]
+    assert [port["port"] for port in rule["ports"]] == [int(config(objects)["WEB_PORT"])]
+    for component in ("worker", "beat", "bulk", "migrate"):
+        [policy] = governing[component]
+        assert policy["spec"]["policyTypes"] == ["Ingress"] and not policy["spec"].get("ingress"), component
+        assert "ports" not in main_container(workloads(objects)[component]), component
+
+
+def test_the_engine_pod_is_restarted_only_when_its_server_stays_down_longer_than_a_restart(objects):
+    engine = main_container(workloads(objects)["engine"])
+    live = engine["livenessProbe"]
+    assert (live["httpGet"]["path"], port_number(engine, live["httpGet"]["port"])) == (
+        "/health",
+        engine_port(objects),
+    )
+    # runinference restarts a dead server itself (EngineSupervisor): its longest wait, then a start
+    # of up to INFERENCE_STARTUP_TIMEOUT. Only a server that stays down longer is a hung one.
+    restart = EngineSupervisor.RESTART_DELAY_MAX + setting(objects, "INFERENCE_STARTUP_TIMEOUT")
+    assert live["periodSeconds"] * live["failureThreshold"] > restart + live["periodSeconds"]
+
+
+def probe_command(container: dict, probe: str) -> list[str]:
+    command = container[probe]["exec"]["command"]
+    assert command[:2] == ["sh", "-c"], command
+    return command
+
+
+# The pod's hostname, as Celery's %h reads it (socket.gethostname), from any shell.
+POD_HOSTNAME = "$(cat /proc/sys/kernel/hostname)"
+
+
+def test_each_celery_worker_s_probes_ping_the_node_name_its_command_gives_it(objects):
+    for component in ("worker", "bulk"):
+        container = main_container(workloads(objects)[component])
+        line = procfile()[PROCESSES[component]]
+        given = re.search(r"--hostname (\S+)", line)
+        node = given.group(1) if given else "celery@%h"  # Celery's default
+        ping = f"exec celery --app chatsite inspect ping --destination {node.replace('%h', POD_HOSTNAME)} "
+        for probe in ("readinessProbe", "livenessProbe"):
+            command = probe_command(container, probe)
+            assert command[2].startswith(ping), (component, probe)
+            # The probe waits for the ping's own wait for a reply.
+            timeout = float(flag_values(command[2].split(), "--timeout")[0])
+            assert container[probe]["timeoutSeconds"] > timeout, (component, probe)
+        live = container["livenessProbe"]
+        # A broker that is away for a few minutes restarts no worker.
+        assert live["periodSeconds"] * live["failureThreshold"] >= 300, component
+
+
+def celery_env(**extra: str) -> dict[str, str]:
+    """A Celery process of the product's on the suite's Redis database, as a pod's would be."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "DJANGO_SETTINGS_MODULE": "chatsite.settings",
+        "REDIS_URL": settings.REDIS_URL,
+        **extra,
+    }
+
+
+def probe_passes(command: list[str], env: dict[str, str], timeout: float) -> bool:
+    """As the kubelet judges an exec probe: exit status 0 within its timeoutSeconds."""
+    try:
+        return (
+            subprocess.run(command, env=env, cwd=ROOT, capture_output=True, timeout=timeout).returncode == 0
+        )
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@contextmanager
+def running(command: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """`command` in a process group of its own, its output in `log`; stopped (woken first, should a
+    test have stopped it with SIGSTOP) on the way out."""
+    with open(log, "w") as output:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
+        stop_group(process, signal.SIGTERM, 30)
+
+
+def test_a_worker_passes_its_probe_while_it_consumes_and_fails_it_once_its_main_process_is_stuck(
+    objects, tmp_path
+):
+    container = main_container(workloads(objects)["worker"])
+    probe = probe_command(container, "livenessProbe")
+    timeout = container["livenessProbe"]["timeoutSeconds"]
+    env = celery_env()
+    log = tmp_path / "worker.log"
+    # The pod's command, on a queue of its own: it takes none of the suite's tasks.
+    command = [*container["command"][:2], container["command"][2] + " --queues k8s-probe-test"]
+    with running(command, env, log) as worker:
+        wait_for(lambda: " ready." in log.read_text() or worker.poll() is not None, 90, "Celery worker")
+        assert worker.poll() is None, log.read_text()
+        assert probe_passes(probe, env, timeout), log.read_text()
+        os.kill(worker.pid, signal.SIGSTOP)  # the main process, which answers pings, not its pool
+        assert not probe_passes(probe, env, timeout)
+
+
+def test_beat_passes_its_probe_while_it_writes_its_schedule_and_fails_it_once_it_stops(objects, tmp_path):
+    container = main_container(workloads(objects)["beat"])
+    probe = probe_command(container, "livenessProbe")
+    assert probe_command(container, "readinessProbe") == probe
+    window = int(re.search(r"-mmin -(\d+)\b", probe[2]).group(1)) * 60
+    # Beat writes its schedule every sync_every seconds, checked after each sleep, which lasts
+    # until the next task is due at the latest: the shortest interval of its schedule.
+    shortest = min(entry["schedule"] for entry in settings.CELERY_BEAT_SCHEDULE.values())
+    assert window > Scheduler.sync_every + shortest
+    env = celery_env(DATA_DIR=str(tmp_path))
+    assert not probe_passes(probe, env, 10), "passes before beat wrote anything"
+    log = tmp_path / "beat.log"
+    with running(container["command"], env, log) as beat:
+        wait_for(lambda: probe_passes(probe, env, 10) or beat.poll() is not None, 60, "beat's schedule")
+        assert beat.poll() is None, log.read_text()
+    # What a beat stuck for longer than the window leaves behind.
+    written = [path for path in tmp_path.iterdir() if path.name.startswith("celerybeat-schedule")]
+    assert written
+    stale = time.time() - window - 60
+    for path in written:
+        os.utime(path, (stale, stale))
+    assert not probe_passes(probe, env, 10)

@@ -2,6 +2,7 @@
 sends TLS-only cookies, and refuses foreign-Origin WebSockets like the default configuration."""
 
 import os
+import re
 import subprocess
 import sys
 from http.cookies import SimpleCookie
@@ -9,8 +10,10 @@ from http.cookies import SimpleCookie
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from websockets.exceptions import InvalidStatus
 
+from chatsite.env import env_file
 from tests.chat_client import open_chat, receive, send
 from tests.conftest import ROOT, running_daphne
 
@@ -29,6 +32,7 @@ SETTINGS_VARIABLES = (
     "SECURE_SSL_REDIRECT",
     "SECURE_COOKIES",
     "MONITORING_METRICS_TOKEN",
+    "SECRET_KEY_FILE",
 )
 
 
@@ -78,6 +82,10 @@ def test_it_warns_a_production_deployment_without_a_metrics_token():
     [
         ({"SECRET_KEY": None}, "SECRET_KEY must be set to a random value"),
         ({"SECRET_KEY": "short-secret"}, "SECRET_KEY must be set to a random value"),
+        (
+            {"SECRET_KEY": None, "SECRET_KEY_FILE": "/no/such/key"},
+            "SECRET_KEY_FILE='/no/such/key': cannot read",
+        ),
         ({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name the host names"),
         ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name the host names"),
         ({"SESSION_COOKIE_SAMESITE": "None"}, "SESSION_COOKIE_SAMESITE='None': expected Lax or Strict"),
@@ -92,6 +100,38 @@ def test_it_refuses_to_start_half_configured(tmp_path, missing, message):
     assert message in result.stderr
     # Refused while the settings load: nothing was created.
     assert not data_dir.exists()
+
+
+def test_it_reads_the_secret_key_from_the_file_secret_key_file_names(tmp_path):
+    # As `make run` keeps it: a file under the data folder, readable by its owner only.
+    key_file = tmp_path / "secret-key"
+    key_file.write_text(PRODUCTION_KEY + "\n")
+    key_file.chmod(0o600)
+    from_file = {**PRODUCTION, "SECRET_KEY": None, "SECRET_KEY_FILE": str(key_file)}
+    show_key = ("shell", "--no-imports", "-c", "from django.conf import settings; print(settings.SECRET_KEY)")
+    result = manage(*show_key, **{k: v for k, v in from_file.items() if v is not None})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == PRODUCTION_KEY
+    # SECRET_KEY itself, when also given, is the one used.
+    other = "another-key-for-tests-" + "Zq3Wm8Xr1Tn6Yb4Kv9Pd2Hs7" * 2
+    result = manage(*show_key, **{**PRODUCTION, "SECRET_KEY": other, "SECRET_KEY_FILE": str(key_file)})
+    assert result.stdout.strip() == other
+
+
+@pytest.mark.parametrize("content", [None, "", "\n  \n"], ids=["missing", "empty", "blank"])
+def test_it_stops_on_a_secret_key_file_it_cannot_use(tmp_path, monkeypatch, content):
+    key_file = tmp_path / "secret-key"
+    if content is not None:
+        key_file.write_text(content)
+    monkeypatch.setenv("SECRET_KEY_FILE", str(key_file))
+    reason = "cannot read it (No such file or directory)" if content is None else "the file is empty"
+    with pytest.raises(ImproperlyConfigured, match=re.escape(f"SECRET_KEY_FILE={str(key_file)!r}: {reason}")):
+        env_file("SECRET_KEY_FILE")
+    monkeypatch.setenv("SECRET_KEY_FILE", str(tmp_path))
+    with pytest.raises(ImproperlyConfigured, match=re.escape("cannot read it (Is a directory)")):
+        env_file("SECRET_KEY_FILE")
+    monkeypatch.delenv("SECRET_KEY_FILE")
+    assert env_file("SECRET_KEY_FILE") == ""
 
 
 @pytest.fixture

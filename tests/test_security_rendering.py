@@ -247,7 +247,9 @@ def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watche
     page.wait_for_selector(".message.assistant.generating", state="detached", timeout=60_000)
     assert page.locator(".message.user .body").first.inner_text() == CORPUS
     assert_safe_chat(page)
-    assert page.locator("#conversation-list .conv-link").first.inner_text().startswith("<script>")
+    assert page.locator("#conversation-list .conv-title").first.inner_text().startswith("<script>")
+    # The tab's title is the conversation's, as text.
+    assert page.evaluate("() => document.title").startswith("<script>")
     assert_nothing_ran(page)
 
     # Rename to a payload in the sidebar.
@@ -257,7 +259,7 @@ def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watche
     page.fill(".conv-title-input", PAYLOADS[2])
     with page.expect_response("**/rename"):
         page.keyboard.press("Enter")
-    assert row.locator(".conv-link").inner_text() == PAYLOADS[2]
+    assert row.locator(".conv-title").inner_text() == PAYLOADS[2]
 
     # Search results are rendered from the store API's JSON.
     page.fill("#search", "owned")
@@ -265,7 +267,9 @@ def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watche
     page.wait_for_function(
         "() => document.querySelector('#conversation-list').classList.contains('searching')"
     )
-    assert page.locator("#conversation-list .conv-link").first.inner_text() == PAYLOADS[2]
+    assert page.locator("#conversation-list .conv-title").first.inner_text() == PAYLOADS[2]
+    # The search's snippet of the corpus, its match marked: text, never markup.
+    assert page.locator("#conversation-list .conv-snippet mark").count() >= 1
     assert_safe_chat(page)
     assert_nothing_ran(page)
 

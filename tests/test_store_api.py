@@ -143,3 +143,29 @@ def test_it_returns_every_version_with_parents_and_figures(client, alice):
     assert by_id[turn.assistant_message_id]["ttft_ms"] == 80.5
     assert detail["settings"]["system_prompt"]
     assert Message.objects.count() == 3
+
+
+def test_it_filters_by_archived_and_gives_each_search_result_its_snippet(client, alice):
+    [kept] = conversations(alice, 1)
+    long = "Antarctic birds eat " + "a great deal of " * 10 + "KRILL, and fish, and squid " * 8
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="What do penguins eat?")
+    archived = turn.conversation_id
+    services.message_finish(message_id=turn.assistant_message_id, content=long, status="complete")
+    services.conversation_flag(user=alice, conversation_id=archived, data={"archived": True})
+    headers = bearer(alice)
+
+    def ids(query: str) -> list[int]:
+        return [c["id"] for c in client.get(f"/api/conversations/?{query}", **headers).json()["results"]]
+
+    assert ids("archived=false") == [kept] and ids("archived=true") == [archived]
+    assert sorted(ids("")) == sorted([kept, archived])
+    [found] = client.get("/api/conversations/?search=krill", **headers).json()["results"]
+    assert (found["id"], found["archived"], found["pinned"]) == (archived, True, False)
+    # The text around the first match, on one line, cut at both ends.
+    snippet = found["snippet"]
+    assert "KRILL" in snippet and snippet.startswith("…") and snippet.endswith("…") and len(snippet) < 160
+    services.conversation_rename(user=alice, conversation_id=kept, title="Tea time")
+    [titled] = client.get("/api/conversations/?search=TEA", **headers).json()["results"]
+    assert (titled["id"], titled["snippet"]) == (kept, "")  # matched by its title alone
+    response = client.get("/api/conversations/?archived=maybe", **headers)
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_parameter")

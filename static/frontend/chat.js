@@ -50,13 +50,26 @@ const conversationMenu = setUpConversationMenu({ conversation: () => state.conve
 const documents = setUpDocuments({
   conversation: () => state.conversation,
   async ensure() {
+    let made = null;
     if (!state.conversation) {
-      const created = await http.post("/c/new", {});
-      enter(created.id, created.title);
-      state.conversation.settings = created.settings;
+      made = await http.post("/c/new", {});
+      enter(made.id, made.title);
+      state.conversation.settings = made.settings;
     }
     if (!state.conversation.documents) state.conversation.documents = [];
-    return state.conversation;
+    return { conversation: state.conversation, created: Boolean(made) };
+  },
+  async discard(conversation) {
+    if (state.conversation !== conversation || state.busy() || state.tree.path().length) return;
+    try {
+      await http.post("/c/" + conversation.id + "/delete");
+    } catch (error) {
+      return; // kept: it can still be used, or deleted from the list
+    }
+    state.conversation = null;
+    history.replaceState(null, "", "/");
+    view.showTitle(null);
+    sidebar.forget(conversation.id);
   },
   say: (text) => view.showStatus(text),
 });
@@ -85,9 +98,12 @@ function follow(id) {
 }
 
 function finish(frame, fields) {
-  if (!state.finish(frame, fields)) return;
+  const message = state.finish(frame, fields);
+  if (!message) return;
   view.refresh(frame.message);
   view.setBusy();
+  view.announce(message.status === "complete" ? "The answer is complete."
+    : "The answer ended: " + [message.status, message.note].filter(Boolean).join(", ") + ".");
   if (document.hidden) document.title = "✓ " + document.title.replace(/^✓ /, "");
 }
 
@@ -114,7 +130,7 @@ function send() {
   const leaf = state.tree.leaf();
   const frame = { type: "chat.send", conversation: state.conversation ? state.conversation.id : null, content };
   if (leaf) frame.parent = leaf.id;
-  if (begin(frame, leaf ? leaf.id : null, content)) prompt.value = "";
+  if (begin(frame, leaf ? leaf.id : null, content)) { prompt.value = ""; count(); }
 }
 
 function regenerate(id) {
@@ -178,7 +194,7 @@ function handle(frame) {
       const refused = state.request;
       if (refused) {
         view.dropEcho();
-        if (refused.frame.type === "chat.send") prompt.value = refused.content;
+        if (refused.frame.type === "chat.send") { prompt.value = refused.content; count(); }
         state.request = null;
         view.setBusy();
       }
@@ -193,6 +209,15 @@ function handle(frame) {
 // ---- keys and start-up -------------------------------------------------------
 
 form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
+// Near the limit, the composer counts the characters left.
+const counter = document.getElementById("counter");
+function count() {
+  const length = prompt.value.length;
+  counter.hidden = length < limits.content_chars * 0.9;
+  counter.textContent = length.toLocaleString() + " / " + limits.content_chars.toLocaleString();
+  counter.classList.toggle("over", length > limits.content_chars);
+}
+prompt.addEventListener("input", count);
 prompt.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); send(); }
 });

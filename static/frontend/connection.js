@@ -6,10 +6,13 @@
 //
 // Where the socket cannot open at all (a proxy that blocks WebSockets), the chat goes on over
 // HTTP (http-transport.js): after FALLBACK_AFTER tries in a row that never opened, the same frames go
-// through `POST /chat/stream` and come back as Server-Sent Events.
+// through `POST /chat/stream` and come back as Server-Sent Events. The tab remembers that (sessionStorage),
+// so its next pages go to HTTP at once instead of trying the socket again; a socket that never opened
+// is not reported as a lost connection.
 import { HttpTransport } from "./http-transport.js";
 
 const FALLBACK_AFTER = 3;
+const REMEMBERED = "chat-transport";
 // A socket a proxy holds open without ever upgrading it counts as one that failed.
 const OPEN_TIMEOUT_MS = 8000;
 
@@ -25,6 +28,7 @@ export class Connection {
   }
 
   useHttp() {
+    sessionStorage.setItem(REMEMBERED, "http");
     this.http = new HttpTransport(this.handlers);
     this.handlers.onOpen();
     while (this.outbox.length) this.http.send(this.outbox.shift());
@@ -32,6 +36,7 @@ export class Connection {
 
   open() {
     if (this.http) return;
+    if (sessionStorage.getItem(REMEMBERED) === "http") { this.useHttp(); return; }
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const socket = new WebSocket(scheme + location.host + this.path);
     this.socket = socket;
@@ -51,7 +56,7 @@ export class Connection {
       // 4401: the session no longer logs the user in (logout, expiry, account change); reconnecting cannot succeed.
       if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
       if (!opened && ++this.neverOpened >= FALLBACK_AFTER) { this.useHttp(); return; }
-      this.handlers.onLost();
+      if (opened) this.handlers.onLost();
       setTimeout(() => this.open(), this.retryDelay);
       this.retryDelay = Math.min(this.retryDelay * 2, 10000);
     });

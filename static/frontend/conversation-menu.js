@@ -1,5 +1,6 @@
-// The conversation menu (⋯ in the header): export the conversation as Markdown or JSON, and share
-// a read-only link to the version shown now, or stop sharing it.
+// The conversation menu (the header's "Export or share"): export the conversation as Markdown or JSON,
+// and share a read-only link to the version shown now, or stop sharing it. On opening it says whether
+// a link is live.
 import * as http from "./http.js";
 
 const dialog = document.getElementById("conversation-dialog");
@@ -10,6 +11,8 @@ const shareNote = document.getElementById("share-note");
 
 // `conversation()`: the conversation shown, or null before the first message.
 export function setUpConversationMenu({ conversation }) {
+  let serial = 0; // a share action after the dialog opened makes its first reading stale
+
   function open() {
     const current = conversation();
     dialog.classList.toggle("empty", !current);
@@ -20,11 +23,31 @@ export function setUpConversationMenu({ conversation }) {
     shareUrl.value = "";
     shareNote.textContent = current ? "" : "Send a message first: there is nothing to export or share yet.";
     dialog.showModal();
+    if (current) showLive(current.id);
+  }
+
+  async function showLive(id) {
+    const asked = ++serial;
+    let data;
+    try {
+      data = await http.get("/c/" + id + "/shares");
+    } catch (error) {
+      if (asked === serial) shareNote.textContent = error.message;
+      return;
+    }
+    if (asked !== serial) return;
+    const [newest] = data.live;
+    shareUrl.value = newest ? newest.url : "";
+    shareNote.textContent = newest
+      ? "Shared: this link is live (made " + new Date(newest.created_at).toLocaleString() + ")."
+        + (data.live.length > 1 ? " " + (data.live.length - 1) + " older link(s) work too." : "")
+      : "Not shared: no link to this conversation works.";
   }
 
   async function act(path, done) {
     const current = conversation();
     if (!current) return;
+    serial++;
     try {
       done(await http.post("/c/" + current.id + "/" + path));
     } catch (error) {
@@ -36,7 +59,7 @@ export function setUpConversationMenu({ conversation }) {
   document.getElementById("share-create").addEventListener("click", () => act("share", (result) => {
     shareUrl.value = result.url;
     shareUrl.select();
-    shareNote.textContent = "Anyone with this link sees this version as it is now, read-only.";
+    shareNote.textContent = "Shared: anyone with this link sees this version as it is now, read-only.";
   }));
   document.getElementById("share-copy").addEventListener("click", () => {
     if (shareUrl.value) navigator.clipboard.writeText(shareUrl.value).catch(() => shareUrl.select());

@@ -1,14 +1,15 @@
-// Documents attached to the conversation (📎): shown as removable chips above the composer. Their
+// Documents attached to the conversation (the paperclip): shown as removable chips above the composer. Their
 // text opens every turn's prompt; one that does not fit the context window is refused with the numbers.
-import { button } from "./view.js";
+import { iconButton } from "./icons.js";
 import * as http from "./http.js";
 
 const chips = document.getElementById("documents");
 const picker = document.getElementById("attach-file");
 
-// `conversation()`: the one shown, or null; `ensure()`: resolves to it, creating it first if needed;
-// `say(text)`: a line in the status bar.
-export function setUpDocuments({ conversation, ensure, say }) {
+// `conversation()`: the one shown, or null; `ensure()`: resolves to {conversation, created}, creating
+// it first if needed; `discard(conversation)`: deletes one made for an attachment that failed, so no
+// empty "New chat" is left behind; `say(text)`: a line in the status bar.
+export function setUpDocuments({ conversation, ensure, discard, say }) {
   function chip(document_) {
     const el = document.createElement("span");
     el.className = "chip";
@@ -17,7 +18,7 @@ export function setUpDocuments({ conversation, ensure, say }) {
     name.className = "chip-name";
     name.textContent = document_.name;
     name.title = document_.tokens + " tokens";
-    el.append(name, button("chip-remove", "✕", "Remove " + document_.name, () => remove(document_, el)));
+    el.append(name, iconButton("chip-remove", "x", "Remove " + document_.name, () => remove(document_, el)));
     return el;
   }
 
@@ -37,7 +38,7 @@ export function setUpDocuments({ conversation, ensure, say }) {
   }
 
   async function upload(file) {
-    const current = await ensure();
+    const { conversation: current, created } = await ensure();
     const form = new FormData();
     form.append("file", file);
     say("Attaching " + file.name + "…");
@@ -46,6 +47,7 @@ export function setUpDocuments({ conversation, ensure, say }) {
     });
     const data = await response.json().catch(() => ({}));
     if (!response.ok) {
+      if (created && !(current.documents || []).length) await discard(current);
       say((data.error && data.error.detail) || "The document could not be attached.");
       return;
     }

@@ -13,6 +13,7 @@
 // plain render.
 //
 // markdown-it, DOMPurify and highlight.js are the vendored scripts the page loads first.
+import { icon } from "./icons.js";
 
 const md = window.markdownit({ html: false, linkify: true, breaks: true });
 md.disable("image");
@@ -51,11 +52,15 @@ export function copyButton(getText) {
   const button = document.createElement("button");
   button.type = "button";
   button.className = "copy";
-  button.textContent = "Copy";
+  button.title = "Copy to the clipboard";
+  const glyph = icon("copy");
+  const label = document.createTextNode(" Copy");
+  button.append(glyph, label);
   button.addEventListener("click", async () => {
     await copyText(getText());
-    button.textContent = "Copied";
-    setTimeout(() => { button.textContent = "Copy"; }, 1200);
+    glyph.className = "i i-check";
+    label.textContent = " Copied";
+    setTimeout(() => { glyph.className = "i i-copy"; label.textContent = " Copy"; }, 1200);
   });
   return button;
 }

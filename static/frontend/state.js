@@ -32,7 +32,7 @@ export class ChatState {
     this.request = null;
     if (!this.tree.get(frame.user_message)) {
       this.tree.add({ id: frame.user_message, parent: pending ? pending.parent : null, role: "user",
-                      content: pending ? pending.content : "", status: "complete" });
+                      content: pending ? pending.content : "", status: "complete", created_at: null });
     }
     const continued = this.tree.get(frame.message);
     if (continued) {
@@ -44,6 +44,21 @@ export class ChatState {
     }
     this.tree.showPathTo(frame.message);
     return pending;
+  }
+
+  // The documents a question was sent with: those attached after the question before it on its
+  // path (all before the first), and before it (a question just sent: up to now).
+  documentsOf(message) {
+    const documents = (this.conversation && this.conversation.documents) || [];
+    if (message.role !== "user" || !documents.length) return [];
+    let earlier = this.tree.get(message.parent);
+    while (earlier && earlier.role !== "user") earlier = this.tree.get(earlier.parent);
+    const after = earlier && earlier.created_at ? new Date(earlier.created_at) : null;
+    const before = message.created_at ? new Date(message.created_at) : null;
+    return documents.filter((d) => {
+      const at = new Date(d.created_at);
+      return (!after || at > after) && (!before || at <= before);
+    });
   }
 
   follow(id) {

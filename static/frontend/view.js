@@ -3,6 +3,7 @@
 // and the scroll position (the newest text stays in view until the reader scrolls up).
 // User text reaches the page only as text nodes; answers only through markdown.js, which
 // sanitizes.
+import { icon, iconButton } from "./icons.js";
 import { copyButton, render, StreamRenderer } from "./markdown.js";
 
 function figures(message) {
@@ -23,7 +24,7 @@ function figures(message) {
 function cachedGlance(message) {
   const usage = message.usage || {};
   if (usage.prompt_tokens == null || usage.cached_tokens == null) return "";
-  return "⚡ " + usage.cached_tokens + "/" + usage.prompt_tokens + " cached";
+  return usage.cached_tokens + "/" + usage.prompt_tokens + " cached";
 }
 
 // An answer that reached its length limit can be continued in place (chat.continue).
@@ -36,6 +37,16 @@ function statusLine(message) {
   if (message.role !== "assistant" || message.status === "complete" || message.status === "generating") return "";
   return [message.status, message.note].filter(Boolean).join(" · ");
 }
+
+const EXAMPLES = [
+  "Explain how a prefix cache speeds up a chat, in three sentences.",
+  "Write a short, friendly email asking to move a meeting to Friday.",
+  "Give me a packing list for a weekend of hiking.",
+  "What is the difference between a list and a tuple in Python?",
+];
+
+// Who wrote a message, for a screen reader: the page shows it by layout and colour alone.
+const AUTHORS = { user: "You said:", assistant: "The assistant said:" };
 
 export function button(className, text, title, onClick) {
   const b = document.createElement("button");
@@ -83,6 +94,10 @@ export class ChatView {
     el.dataset.id = message.id;
     if (message.status === "generating") el.classList.add("generating");
     if (["error", "timeout", "interrupted"].includes(message.status)) el.classList.add("error");
+    const author = document.createElement("span");
+    author.className = "visually-hidden";
+    author.textContent = AUTHORS[message.role] || "";
+    el.appendChild(author);
     const body = document.createElement("div");
     body.className = "body";
     if (message.role === "assistant") render(body, message.content || "");
@@ -94,31 +109,51 @@ export class ChatView {
     tools.className = "tools";
     tools.appendChild(this.versionNav(message));
     if (message.role === "user") {
-      tools.appendChild(button("edit", "Edit", "Edit and resend", () => this.startEdit(message.id)));
-      el.append(body, meta, tools);
+      tools.appendChild(iconButton("edit", "pencil", "Edit and resend", () => this.startEdit(message.id)));
+      el.append(...this.attachedTo(message), body, meta, tools);
       return el;
     }
     const tree = this.state.tree;
     tools.appendChild(copyButton(() => tree.get(message.id).content));
     if (cutOff(message)) {
-      tools.appendChild(button("continue", "Continue", "Continue this answer from where it stopped",
-                               () => this.actions.extend(message.id)));
+      tools.appendChild(iconButton("continue", "chevrons-right", "Continue this answer from where it stopped",
+                                   () => this.actions.extend(message.id), "Continue"));
     }
-    tools.appendChild(button("regenerate", "Regenerate", "Answer again", () => this.actions.regenerate(message.id)));
+    tools.appendChild(iconButton("regenerate", "refresh-cw", "Regenerate: answer again",
+                                 () => this.actions.regenerate(message.id)));
     const info = document.createElement("div");
     info.className = "figures";
     info.hidden = true;
-    tools.appendChild(button("info", "Figures", "Time to first token, speed, cache", () => {
+    const infoButton = iconButton("info", "info", "Figures: time to first token, speed, cache", () => {
       info.textContent = figures(tree.get(message.id));
       info.hidden = !info.hidden;
-    }));
+      infoButton.setAttribute("aria-expanded", String(!info.hidden));
+    });
+    infoButton.setAttribute("aria-expanded", "false");
+    tools.appendChild(infoButton);
     const cached = document.createElement("span");
     cached.className = "cached";
     cached.title = "Prompt tokens the engine's prefix cache served";
-    cached.textContent = cachedGlance(message);
+    const glance = cachedGlance(message);
+    if (glance) cached.append(icon("zap"), " " + glance);
     tools.appendChild(cached);
     el.append(body, meta, tools, info);
     return el;
+  }
+
+  // The names of the documents a question was sent with, as text.
+  attachedTo(message) {
+    const documents = this.state.documentsOf(message);
+    if (!documents.length) return [];
+    const list = document.createElement("ul");
+    list.className = "turn-documents";
+    list.setAttribute("aria-label", "Attached documents");
+    for (const d of documents) {
+      const item = document.createElement("li");
+      item.append(icon("file-text"), " " + d.name);
+      list.appendChild(item);
+    }
+    return [list];
   }
 
   versionNav(message) {
@@ -131,8 +166,8 @@ export class ChatView {
     label.className = "version-label";
     label.textContent = index + 1 + "/" + siblings.length;
     const busy = this.state.busy();
-    const prev = button("version-prev", "‹", "Previous version", () => this.actions.flip(message.id, -1));
-    const next = button("version-next", "›", "Next version", () => this.actions.flip(message.id, 1));
+    const prev = iconButton("version-prev", "chevron-left", "Previous version", () => this.actions.flip(message.id, -1));
+    const next = iconButton("version-next", "chevron-right", "Next version", () => this.actions.flip(message.id, 1));
     prev.disabled = index === 0 || busy;
     next.disabled = index === siblings.length - 1 || busy;
     nav.append(prev, label, next);
@@ -160,8 +195,35 @@ export class ChatView {
     for (const message of path) {
       this.view(message).querySelector(".versions").replaceWith(this.versionNav(message));
     }
-    this.messagesEl.replaceChildren(...path.map((m) => this.views.get(m.id)));
+    this.messagesEl.replaceChildren(...(path.length ? path.map((m) => this.views.get(m.id)) : [this.welcome()]));
     this.keepInView();
+  }
+
+  // An empty chat says what to do, with a few prompts to start from (a click puts one in the composer).
+  welcome() {
+    const el = document.createElement("div");
+    el.className = "welcome";
+    const heading = document.createElement("h2");
+    heading.textContent = "What can I help with?";
+    const hint = document.createElement("p");
+    hint.textContent = "Type a message below, attach a document to ask about it, or start from one of these:";
+    const examples = document.createElement("div");
+    examples.className = "examples";
+    for (const text of EXAMPLES) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.className = "example secondary";
+      b.textContent = text;
+      b.addEventListener("click", () => {
+        const prompt = document.getElementById("prompt");
+        prompt.value = text;
+        prompt.dispatchEvent(new Event("input"));
+        prompt.focus();
+      });
+      examples.appendChild(b);
+    }
+    el.append(heading, hint, examples);
+    return el;
   }
 
   // The live answer: drawn afresh, then grown token by token (a continued one from its text so far).
@@ -241,7 +303,15 @@ export class ChatView {
 
   showTitle(title) {
     this.titleEl.textContent = title || "New chat";
+    this.titleEl.title = title || "New chat";
     document.title = (title || "New chat") + " · Chat";
+  }
+
+  // Said once to a screen reader (a polite live region), e.g. when an answer ends: not every token.
+  announce(text) {
+    const el = document.getElementById("announcer");
+    el.textContent = "";
+    setTimeout(() => { el.textContent = text; }, 50);
   }
 
   atBottom() {

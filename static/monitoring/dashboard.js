@@ -1,15 +1,18 @@
 // Staff dashboard: polls the JSON endpoint and redraws line charts on canvas.
 // Each <figure class="chart"> names its series as "path:label,..." where path is
-// a field of the JSON ("engine.running"); the history lives only in this page.
+// a field of the JSON ("engine.running"). The first poll also asks for the points recorded
+// over the last minutes (?history=1), so the charts open with them; each chart keeps that long.
 "use strict";
 
 (function () {
   const root = document.getElementById("dashboard");
   const source = root.dataset.source;
   const refreshMs = Number(root.dataset.refreshMs) || 2000;
-  const historyLength = 150;
-  const colours = ["#2563eb", "#dc2626", "#16a34a", "#9333ea"];
+  const historySeconds = Number(root.dataset.historySeconds) || 900;
+  // A longer silence than a few recording intervals is a gap in the line, not a straight stretch.
+  const gapSeconds = 3 * Math.max(Number(root.dataset.sampleSeconds) || 10, refreshMs / 1000);
   const status = document.getElementById("status");
+  const historyStatus = document.getElementById("history-status");
 
   function field(data, path) {
     return path.split(".").reduce((value, key) => (value == null ? null : value[key]), data);
@@ -20,13 +23,23 @@
     return Number.isInteger(value) ? String(value) : value.toFixed(1);
   }
 
+  function span(seconds) {
+    return seconds >= 120 ? `last ${Math.round(seconds / 60)} min` : `last ${Math.round(seconds)} s`;
+  }
+
+  // The theme's colours (frontend/chat.css, and the series' in dashboard.css), read at each draw:
+  // the theme may have changed.
+  function themeColour(name) {
+    return getComputedStyle(document.body).getPropertyValue(name).trim();
+  }
+
   class Chart {
     constructor(figure) {
       this.scale = Number(figure.dataset.scale) || 1;
       this.fixedMax = figure.dataset.max ? Number(figure.dataset.max) : null;
       this.series = figure.dataset.series.split(",").map((spec, index) => {
         const [path, label] = spec.split(":");
-        return { path, label, colour: colours[index % colours.length], points: [] };
+        return { path, label, colour: `--series-${(index % 4) + 1}`, points: [] };
       });
       const caption = document.createElement("figcaption");
       caption.textContent = figure.dataset.title;
@@ -38,15 +51,15 @@
       this.canvas.setAttribute("role", "img");
       this.canvas.setAttribute("aria-label", figure.dataset.title);
       figure.append(caption, this.canvas, this.legend);
+      this.figure = figure;
     }
 
-    push(data) {
+    add(data) {
       for (const s of this.series) {
         const value = field(data, s.path);
         s.points.push({ t: data.time, v: value == null ? null : value * this.scale });
-        if (s.points.length > historyLength) s.points.shift();
+        while (s.points.length && s.points[0].t < data.time - historySeconds) s.points.shift();
       }
-      this.draw();
     }
 
     draw() {
@@ -63,8 +76,8 @@
       const x = (t) => pad.left + ((t - t0) / (t1 - t0)) * (width - pad.left - pad.right);
       const y = (v) => height - pad.bottom - (v / maxValue) * (height - pad.top - pad.bottom);
 
-      ctx.strokeStyle = "#d4d4d8";
-      ctx.fillStyle = "#52525b";
+      ctx.strokeStyle = themeColour("--border");
+      ctx.fillStyle = themeColour("--muted");
       ctx.font = "11px system-ui, sans-serif";
       ctx.lineWidth = 1;
       for (let i = 0; i <= 4; i += 1) {
@@ -75,30 +88,36 @@
         ctx.stroke();
         ctx.fillText(format(Math.round(v * 10) / 10), 2, y(v) + 4);
       }
-      ctx.fillText(`last ${Math.round(t1 - t0)} s`, width - 70, height - 4);
+      if (times.length) ctx.fillText(span(t1 - t0), width - 70, height - 4);
+      // What is drawn, for a reader of the page's DOM (the tests): points and seconds covered.
+      this.figure.dataset.points = String(this.series[0].points.length);
+      this.figure.dataset.seconds = times.length ? String(Math.round(t1 - t0)) : "0";
 
       ctx.lineWidth = 2;
       for (const s of this.series) {
-        ctx.strokeStyle = s.colour;
+        ctx.strokeStyle = themeColour(s.colour);
         ctx.beginPath();
-        let drawing = false;
+        let previous = null;
         for (const p of s.points) {
           if (p.v == null) {
-            drawing = false;
+            previous = null;
             continue;
           }
-          if (drawing) ctx.lineTo(x(p.t), y(p.v));
+          if (previous && p.t - previous.t <= gapSeconds) ctx.lineTo(x(p.t), y(p.v));
           else ctx.moveTo(x(p.t), y(p.v));
-          drawing = true;
+          previous = p;
         }
         ctx.stroke();
       }
       this.legend.replaceChildren(
         ...this.series.map((s) => {
+          // The series' colour on a swatch; the text in the page's, legible in either theme.
           const item = document.createElement("span");
+          const swatch = document.createElement("span");
           const last = s.points.length ? s.points[s.points.length - 1].v : null;
-          item.style.color = s.colour;
-          item.textContent = `${s.label}: ${format(last)}`;
+          swatch.className = "swatch";
+          swatch.style.background = themeColour(s.colour);
+          item.append(swatch, `${s.label}: ${format(last)}`);
           return item;
         }),
       );
@@ -106,6 +125,12 @@
   }
 
   const charts = Array.from(root.querySelectorAll("figure.chart"), (figure) => new Chart(figure));
+  function drawCharts() {
+    for (const chart of charts) chart.draw();
+  }
+  // A theme switch (the #theme button, or the system's) redraws at once, not at the next poll.
+  new MutationObserver(drawCharts).observe(document.documentElement, { attributeFilter: ["data-theme"] });
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", drawCharts);
 
   // Rows of text cells; textContent only, as everything the dashboard shows.
   function fillTable(id, rows) {
@@ -157,12 +182,38 @@
   }
   const tiles = Array.from(root.querySelectorAll("[data-field]"));
 
+  function showHistory(points) {
+    for (const point of points) for (const chart of charts) chart.add(point);
+    root.dataset.historyPoints = String(points.length);
+    historyStatus.textContent = points.length
+      ? `History: ${points.length} points since ${new Date(points[0].time * 1000).toLocaleTimeString()}.`
+      : "History: nothing recorded in the last minutes (is Celery beat running?).";
+  }
+
+  // The first poll asks for the history too; Redis failing it is said, and the charts start now.
+  async function load(withHistory) {
+    const url = withHistory ? `${source}?history=1` : source;
+    const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    if (withHistory && response.status === 503) {
+      const body = await response.json();
+      historyStatus.textContent = `No history: ${body.error.detail}`;
+      historyStatus.classList.add("error");
+      return load(false);
+    }
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    const data = await response.json();
+    if (withHistory) showHistory(data.history);
+    return data;
+  }
+
+  let historyLoaded = false;
+
   async function poll() {
     try {
-      const response = await fetch(source, { headers: { Accept: "application/json" }, credentials: "same-origin" });
-      if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      const data = await response.json();
-      for (const chart of charts) chart.push(data);
+      const data = await load(!historyLoaded);
+      historyLoaded = true;
+      for (const chart of charts) chart.add(data);
+      drawCharts();
       drawHost(data.host);
       drawReplicas(data.replicas);
       for (const tile of tiles) {
@@ -172,8 +223,8 @@
           .join(" / ");
       }
       const engine = data.engine.up ? "engine up" : `engine unreachable (${data.engine.error})`;
-      const span = data.window_seconds == null ? "since start" : `over the last ${data.window_seconds} s`;
-      status.textContent = `Updated ${new Date(data.time * 1000).toLocaleTimeString()}, ${span}; ${engine}.`;
+      const covered = data.window_seconds == null ? "since start" : `over the last ${data.window_seconds} s`;
+      status.textContent = `Updated ${new Date(data.time * 1000).toLocaleTimeString()}, ${covered}; ${engine}.`;
       root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
     } catch (error) {
       status.textContent = `Could not load figures: ${error.message}`;

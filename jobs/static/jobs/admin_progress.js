@@ -1,8 +1,11 @@
-// Live job progress in the admin: poll the progress endpoint and update the bars in place.
+// Live jobs in the admin: poll the progress endpoint and update the page in place. On the job
+// list, each job's status and progress bar; on a job's page also its times and prompt cache, every
+// document's state, and which of its actions are enabled. Polling stops once no job on the page
+// is queued or running.
 // Text is set with textContent only; nothing from the server is parsed as HTML.
 (function () {
   "use strict";
-  var ACTIVE = { queued: true, running: true, draft: false };
+  var ACTIVE = { queued: true, running: true };
   var INTERVAL_MS = 2000;
 
   function duration(seconds) {
@@ -13,7 +16,19 @@
     return seconds + " s";
   }
 
-  function render(element, p) {
+  function all(selector) {
+    return Array.prototype.slice.call(document.querySelectorAll(selector));
+  }
+
+  // Every [data-<kind>="<id>"][data-field] cell takes its text from `fields`.
+  function fill(kind, id, fields) {
+    all("[data-" + kind + '="' + id + '"][data-field]').forEach(function (cell) {
+      var text = fields[cell.dataset.field];
+      if (text !== undefined) cell.textContent = text;
+    });
+  }
+
+  function renderProgress(element, p) {
     var bar = element.querySelector("progress");
     bar.max = Math.max(p.total, 1);
     bar.value = p.done + p.failed + p.cancelled;
@@ -26,19 +41,31 @@
     element.dataset.status = p.status;
   }
 
+  function render(element, id, p) {
+    fill("job", id, p.fields);
+    all('[data-job="' + id + '"][data-job-action]').forEach(function (button) {
+      button.disabled = !p.actions[button.dataset.jobAction];
+    });
+    (p.documents || []).forEach(function (d) { fill("document", d.id, d.fields); });
+    renderProgress(element, p);
+  }
+
   function poll() {
-    var elements = Array.prototype.slice.call(document.querySelectorAll("[data-job-progress]"));
+    var elements = all("[data-job-progress]");
     var watched = elements.filter(function (el) { return el.dataset.status === undefined || ACTIVE[el.dataset.status]; });
     if (!watched.length) return;
     var ids = watched.map(function (el) { return el.dataset.jobProgress; });
     var url = watched[0].dataset.progressUrl + "?ids=" + encodeURIComponent(ids.join(","));
+    // A job's page (it has the job's action buttons) asks for its documents too.
+    var page = document.querySelector("[data-job-action]");
+    if (page) url += "&documents=" + encodeURIComponent(page.dataset.job);
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) { return response.ok ? response.json() : null; })
       .then(function (body) {
         if (!body) return;
         watched.forEach(function (el) {
-          var p = body.jobs[el.dataset.jobProgress];
-          if (p) render(el, p);
+          var id = el.dataset.jobProgress;
+          if (body.jobs[id]) render(el, id, body.jobs[id]);
         });
       })
       .catch(function () {})
