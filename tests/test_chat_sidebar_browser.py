@@ -92,6 +92,7 @@ def test_every_button_has_a_name_and_a_tooltip_and_no_emoji_and_the_footer_fits(
     log_in(page, product_server, "ico", "pw-ico-123456")
     page.goto(f"{product_server}/c/{conversation}/")
     expect(page.locator(".message.assistant .body strong")).to_have_text("answer")
+    expect(page.locator("#stop")).to_be_hidden()  # nothing to stop
     assert page.evaluate("() => document.querySelector('link[rel=icon]').href").endswith(".svg")
     buttons = page.locator("button:visible, a.new-chat, a.foot-link")
     assert buttons.count() > 10
