@@ -17,10 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
 from apitokens.services import token_issue
 from audit.services import conversation_read_record
 from frontend import services
+from frontend.models import ConversationDocument
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
@@ -284,6 +286,22 @@ def test_it_runs_no_payload_from_model_output_user_input_titles_or_search(watche
     assert_safe_chat(page)
     assert_nothing_ran(page)
     assert len(page.documents) >= 3
+
+
+def test_it_shows_the_names_of_the_documents_a_question_was_sent_with_as_text(watched, site):
+    page = watched
+    user = get_user_model().objects.create_user("docs", password="pw-docs-123456")
+    conversation = services.conversation_create(user=user)
+    for payload in PAYLOADS[:4]:
+        ConversationDocument.objects.create(conversation=conversation, name=payload, text="x", tokens=1)
+    turn = services.chat_turn_start(user=user, conversation_id=conversation.pk, content="Read them.")
+    services.message_finish(message_id=turn.assistant_message_id, content="Done.", status="complete")
+    log_in(page, site, "docs", "pw-docs-123456", f"/accounts/login/?next=/c/{conversation.pk}/")
+    shown = page.locator(".message.user .turn-documents li")
+    expect(shown).to_have_count(4)
+    assert [name.strip() for name in shown.all_inner_texts()] == PAYLOADS[:4]
+    assert_safe_chat(page)
+    assert_nothing_ran(page)
 
 
 def test_it_runs_no_payload_from_documents_in_the_admins_job_views(watched, site):
