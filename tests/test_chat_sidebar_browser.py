@@ -89,6 +89,8 @@ def test_it_groups_pins_and_archives_from_the_keyboard_and_search_finds_the_arch
 def test_every_button_has_a_name_and_a_tooltip_and_no_emoji_and_the_footer_fits(page, product_server):
     user = get_user_model().objects.create_user("ico", password="pw-ico-123456")
     conversation = answered(user, "A question", "An **answer**.\n\n```python\nprint(1)\n```")
+    long = answered(user, "A long one", "Yes.")
+    Conversation.objects.filter(pk=long).update(title="A title longer than the page is wide. " * 5)
     log_in(page, product_server, "ico", "pw-ico-123456")
     page.goto(f"{product_server}/c/{conversation}/")
     expect(page.locator(".message.assistant .body strong")).to_have_text("answer")
@@ -107,6 +109,12 @@ def test_every_button_has_a_name_and_a_tooltip_and_no_emoji_and_the_footer_fits(
     attach = page.locator("#attach .i")
     assert attach.evaluate("(i) => getComputedStyle(i).maskImage").startswith('url("')
     assert attach.bounding_box()["width"] > 10
+    # A long title ends with an ellipsis, in the list and in the header.
+    cut = "(t) => getComputedStyle(t).textOverflow === 'ellipsis' && t.scrollWidth > t.clientWidth"
+    assert page.locator(f'.conv[data-id="{long}"] .conv-title').evaluate(cut)
+    page.goto(f"{product_server}/c/{long}/")
+    assert page.locator("#chat-title").evaluate(cut)
+    page.goto(f"{product_server}/c/{conversation}/")
     # The footer fits the sidebar at desktop width.
     edge = page.locator("#sidebar").bounding_box()
     for selector in ("#usage-link", "#keys-link", "#theme", ".logout button", ".sidebar-foot .username"):
