@@ -137,3 +137,23 @@ bench: prepare
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS))
 	$(BIN)/python -m bench.report
 	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat)
+
+# Load test (bench/load/, docs/benchmarks.md "Capacity: users on one box"): USERS simulated users (default
+# 50; chat page on the WebSocket, SSE fallback, API programs) arriving SPAWN_RATE a second (5), for DURATION
+# seconds (120), then the check that every answer seen is stored as streamed. LOAD_ENGINE=fast|vllm
+# (default fast; not ENGINE, which picks the engine's install: cpu or cuda); TOPOLOGY=single|cluster
+# (WEB_PROCESSES behind nginx). LOAD_FLAGS: the user model's other flags (python -m bench.load.run
+# --help), e.g. "--think-min 5 --think-max 15". Defaults are given in the recipe rather than with ?=, so
+# these knobs of a benchmark stay out of the product's settings (docs/configuration.md).
+# Locust comes from requirements/load.txt, into .venv beside the product. Results under var/loadtest/.
+LOAD_STAMP := $(VENV)/.installed-load
+$(LOAD_STAMP): requirements/load.txt $(BIN)/.installed
+	$(BIN)/pip install --quiet -r requirements/load.txt
+	touch $@
+
+.PHONY: loadtest
+loadtest: export DEBUG ?= true
+loadtest: prepare $(LOAD_STAMP)
+	$(BIN)/python -m bench.load.run --users $(or $(USERS),50) --spawn-rate $(or $(SPAWN_RATE),5) \
+		--duration $(or $(DURATION),120) --engine $(or $(LOAD_ENGINE),fast) --topology $(TOPOLOGY) \
+		--web-processes $(WEB_PROCESSES) $(LOAD_FLAGS)

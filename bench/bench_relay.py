@@ -37,12 +37,15 @@ PACES = ((0.0, 1024), (0.005, 512), (0.05, 128))
 
 
 class FastEngineProcess:
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, max_batch: int = 0) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         port = self.url.rsplit(":", 1)[1]
-        self._log = log_file(f"fast-engine-{interval}")
+        self._log = log_file(f"fast-engine-{interval}-{max_batch}")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.fast_engine", "--port", port, "--interval", str(interval)],
+            [
+                *(sys.executable, "-m", "bench.fast_engine", "--port", port, "--interval", str(interval)),
+                *("--max-batch", str(max_batch)),
+            ],
             cwd=ROOT,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -31,11 +31,16 @@ def _event(body: dict) -> bytes:
 
 
 class FastEngine:
-    def __init__(self, interval: float, model: str) -> None:
+    """`max_batch` (0: no limit): at most that many answers stream at once, as in a real engine's
+    batch; the rest wait their turn (their first token with them), reported as waiting."""
+
+    def __init__(self, interval: float, model: str, max_batch: int = 0) -> None:
         self.interval = interval
         self.model = model
         self.running = 0
+        self.waiting = 0
         self.tokens = 0
+        self.slots = asyncio.Semaphore(max_batch) if max_batch else None
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -62,7 +67,7 @@ class FastEngine:
         elif path == "/health":
             self.reply(writer, 200, "", "text/plain")
         elif path == "/metrics":
-            gauges = f"vllm:num_requests_running {self.running}\nvllm:num_requests_waiting 0\n"
+            gauges = f"vllm:num_requests_running {self.running}\nvllm:num_requests_waiting {self.waiting}\n"
             self.reply(writer, 200, gauges, "text/plain")
         elif path == "/v1/models":
             self.reply(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
@@ -76,6 +81,20 @@ class FastEngine:
         writer.write(head.encode() + data)
 
     async def stream(self, body: dict, writer: asyncio.StreamWriter) -> None:
+        if self.slots is None:
+            await self._stream(body, writer)
+            return
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            await self._stream(body, writer)
+        finally:
+            self.slots.release()
+
+    async def _stream(self, body: dict, writer: asyncio.StreamWriter) -> None:
         count = int(body.get("max_tokens") or 16)
         base = {"id": "chatcmpl-fast", "object": "chat.completion.chunk", "created": int(time.time())}
         base["model"] = body.get("model", self.model)
@@ -101,8 +120,8 @@ class FastEngine:
         await writer.drain()
 
 
-async def main(port: int, interval: float, model: str) -> None:
-    engine = FastEngine(interval, model)
+async def main(port: int, interval: float, model: str, max_batch: int) -> None:
+    engine = FastEngine(interval, model, max_batch)
     server = await asyncio.start_server(engine.serve, "127.0.0.1", port, limit=1 << 20)
     async with server:
         await server.serve_forever()
@@ -113,5 +132,6 @@ if __name__ == "__main__":
     cli.add_argument("--port", type=int, required=True)
     cli.add_argument("--interval", type=float, default=0.0)
     cli.add_argument("--model", default="fast")
+    cli.add_argument("--max-batch", type=int, default=0, help="answers streaming at once (0: no limit)")
     options = cli.parse_args()
-    asyncio.run(main(options.port, options.interval, options.model))
+    asyncio.run(main(options.port, options.interval, options.model, options.max_batch))

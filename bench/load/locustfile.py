@@ -1,0 +1,400 @@
+"""The user model of `make loadtest`: people on the chat page's socket, people on its SSE fallback,
+and programs on `/v1/chat/completions` (docs/benchmarks.md, "Capacity: users on one box").
+
+Run by `bench.load.run`, which starts the product, makes the users' sessions and keys up front (the
+login throttle is not what is measured) and hands them over in the plan file `LOAD_PLAN`; every answer
+that ends is appended to `LOAD_ANSWERS` for the end-of-run check against the store. The model's
+parameters come from the environment (`bench.load.model`). No Django here: locust's gevent runs it.
+"""
+
+import itertools
+import json
+import os
+import random
+import time
+
+import gevent
+import gevent.queue
+import websocket
+from locust import HttpUser, User, between, events, task
+
+# Locust puts this folder on sys.path; through the `bench` package the import would set up Django.
+from model import Model
+
+MODEL = Model.from_environment()
+PLAN = json.loads(open(os.environ["LOAD_PLAN"]).read()) if "LOAD_PLAN" in os.environ else {}
+_ANSWERS = open(os.environ.get("LOAD_ANSWERS", os.devnull), "a", buffering=1)  # noqa: SIM115
+_TAKEN = {kind: itertools.count() for kind in ("ws", "sse", "api")}
+
+
+def identity(kind: str):
+    """The next user of `kind` made up front; users beyond them share (their limits then bind sooner)."""
+    pool = PLAN[kind]
+    return pool[next(_TAKEN[kind]) % len(pool)]
+
+
+def record(**fields) -> None:
+    _ANSWERS.write(json.dumps(fields) + "\n")
+
+
+def report(surface: str, name: str, milliseconds: float, error: str | None = None) -> None:
+    events.request.fire(
+        request_type=surface,
+        name=name,
+        response_time=milliseconds,
+        response_length=0,
+        exception=RuntimeError(error) if error else None,
+        context={},
+    )
+
+
+class Timing:
+    """One answer's time to first token, gaps between token frames and total, as its client saw them."""
+
+    def __init__(self, surface: str) -> None:
+        self.surface = surface
+        self.started = time.perf_counter()
+        self.previous: float | None = None
+
+    def token(self) -> None:
+        now = time.perf_counter()
+        if self.previous is None:
+            report(self.surface, "ttft", (now - self.started) * 1000)
+        else:
+            report(self.surface, "gap", (now - self.previous) * 1000)
+        self.previous = now
+
+    def gap_broken(self) -> None:
+        """A reload: the wait for the reconnection is not a gap between tokens."""
+        if self.previous is not None:
+            self.previous = time.perf_counter()
+
+    def done(self) -> None:
+        report(self.surface, "total", (time.perf_counter() - self.started) * 1000)
+
+
+def refused(surface: str, code: str, retry_after) -> None:
+    """`busy` is the product's answer past the knee: counted, not a failure, when it says when to try
+    again (`retry_after`); the user waits as told."""
+    if retry_after is None:
+        report(surface, f"refused {code}", 0, "no retry_after")
+        record(surface=surface.lower(), error=f"{code}_without_retry_after")
+        retry_after = 1
+    else:
+        report(surface, f"refused {code}", 0)
+    gevent.sleep(min(float(retry_after or 1), MODEL.think_max))
+
+
+def prompt() -> str:
+    return f"Question {random.randrange(10**6)}: {random.choice(MODEL.prompts)}"
+
+
+class ChatSocketUser(User):
+    """A person on the chat page: one socket held open, a turn now and then."""
+
+    weight = MODEL.weights["ws"]
+    wait_time = between(MODEL.think_min, MODEL.think_max)
+
+    def on_start(self) -> None:
+        self.me = identity("ws")
+        self.conversation = None
+        self.ws = None
+        self.connect()
+
+    def on_stop(self) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        """Open the page's socket; a reader greenlet answers pings and queues the frames."""
+        started = time.perf_counter()
+        url = self.host.replace("http", "ws", 1) + "/ws/chat/"
+        try:
+            self.ws = websocket.create_connection(
+                url, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
+            )
+        except Exception as exc:
+            report("WS", "connect", (time.perf_counter() - started) * 1000, repr(exc))
+            record(surface="ws", error="connect", detail=repr(exc))
+            raise
+        report("WS", "connect", (time.perf_counter() - started) * 1000)
+        self.frames: gevent.queue.Queue = gevent.queue.Queue()
+        self.reader = gevent.spawn(self._read, self.ws, self.frames)
+
+    @staticmethod
+    def _read(ws, frames) -> None:
+        try:
+            while True:
+                frames.put(json.loads(ws.recv()))
+        except Exception as exc:
+            frames.put({"type": "_closed", "detail": repr(exc)})
+
+    def close(self) -> None:
+        if self.ws is not None:
+            self.ws.close()
+            self.reader.join(timeout=5)
+            self.ws = None
+
+    def send(self, frame: dict) -> None:
+        self.ws.send(json.dumps(frame))
+
+    @task
+    def turn(self) -> None:
+        if self.conversation is not None and random.random() < MODEL.p_new_conversation:
+            self.conversation = None
+        self.send({"type": "chat.send", "conversation": self.conversation, "content": prompt()})
+        answer = self.follow()
+        if answer is not None and random.random() < MODEL.p_regenerate:
+            self.send({"type": "chat.regenerate", "message": answer})
+            self.follow()
+
+    def follow(self) -> int | None:
+        """Read one answer to its end, stopping or reloading it on the way as the model says;
+        its id when it ended, None when it was refused or failed."""
+        timing = Timing("WS")
+        stop_at = random.randint(1, 8) if random.random() < MODEL.p_stop else None
+        reload_at = random.randint(1, 8) if random.random() < MODEL.p_reload else None
+        message, seq, parts = None, -1, []
+        while True:
+            try:
+                frame = self.frames.get(timeout=MODEL.answer_timeout)
+            except gevent.queue.Empty:
+                report("WS", "answer", MODEL.answer_timeout * 1000, "stalled")
+                record(surface="ws", error="stalled", message=message)
+                self.close()
+                self.connect()
+                return None
+            kind = frame["type"]
+            if kind == "_closed":
+                record(surface="ws", error="socket_closed", detail=frame["detail"], message=message)
+                report("WS", "answer", 0, "socket closed")
+                self.connect()
+                if message is None:
+                    return None
+                self.send({"type": "chat.resume", "message": message, "after": seq})
+                continue
+            if frame.get("message") not in (None, message) and kind != "chat.started":
+                continue  # a late frame of an earlier answer (a stop that raced its end)
+            if kind == "chat.started":
+                message, self.conversation = frame["message"], frame["conversation"]
+            elif kind == "chat.token":
+                if frame["seq"] != seq + 1:
+                    record(surface="ws", error="seq_gap", message=message, expected=seq + 1, got=frame["seq"])
+                seq = frame["seq"]
+                parts.append(frame["text"])
+                timing.token()
+                if stop_at is not None and len(parts) == stop_at:
+                    self.send({"type": "chat.stop", "message": message})
+                    stop_at = None
+                if reload_at is not None and len(parts) == reload_at:
+                    reload_at = None
+                    self.reload(message, seq)
+                    timing.gap_broken()
+            elif kind == "chat.done":
+                timing.done()
+                record(surface="ws", message=message, status=frame["status"], text="".join(parts))
+                return message
+            elif kind == "chat.error":
+                if frame["code"] == "not_running":
+                    continue  # the stop reached an answer that had just ended
+                if frame["code"] == "busy":
+                    refused("WS", "busy", frame.get("retry_after"))
+                    return None
+                report("WS", "answer", 0, frame["code"])
+                record(surface="ws", error=frame["code"], detail=frame.get("detail"), message=message)
+                return None
+
+    def reload(self, message: int, seq: int) -> None:
+        """What a reload mid-answer does: the page again, a new socket, and resume after the last token."""
+        self.close()
+        started = time.perf_counter()
+        self.connect()
+        report("WS", "reload", (time.perf_counter() - started) * 1000)
+        self.send({"type": "chat.resume", "message": message, "after": seq})
+
+
+def sse_events(response):
+    """(id, data) of each Server-Sent Event of a streamed response."""
+    event_id, data = None, []
+    for line in response.iter_lines(decode_unicode=True):
+        if line == "":
+            if data:
+                yield event_id, "\n".join(data)
+            event_id, data = None, []
+        elif line.startswith("id:"):
+            event_id = int(line[3:].strip())
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+class ChatFallbackUser(HttpUser):
+    """A person whose proxy blocks WebSockets: the chat page's SSE fallback, by session and CSRF token."""
+
+    weight = MODEL.weights["sse"]
+    wait_time = between(MODEL.think_min, MODEL.think_max)
+
+    def on_start(self) -> None:
+        self.client.cookies.set("sessionid", identity("sse"))
+        self.client.get("/", name="page")
+        self.headers = {
+            "X-CSRFToken": self.client.cookies.get("csrftoken", ""),
+            "Referer": self.host + "/",
+            "Origin": self.host,
+        }
+        self.conversation = None
+
+    @task
+    def turn(self) -> None:
+        if self.conversation is not None and random.random() < MODEL.p_new_conversation:
+            self.conversation = None
+        answer = self.stream({"prompt": prompt(), "conversation": self.conversation})
+        if answer is not None and random.random() < MODEL.p_regenerate:
+            self.stream({"regenerate": answer})
+
+    def stream(self, body: dict) -> int | None:
+        timing = Timing("SSE")
+        stop_at = random.randint(1, 8) if random.random() < MODEL.p_stop else None
+        reload_at = random.randint(1, 8) if random.random() < MODEL.p_reload else None
+        state = {"message": None, "seq": -1, "parts": []}
+        response = self.client.post(
+            "/chat/stream",
+            json=body,
+            headers=self.headers,
+            stream=True,
+            name="/chat/stream",
+            timeout=MODEL.answer_timeout,
+            catch_response=True,
+        )
+        with response:
+            if response.status_code != 200:
+                return self.failed(response)
+            response.success()
+            ended = self.read(response, state, timing, stop_at, reload_at)
+        while ended == "reload":
+            timing.gap_broken()
+            with self.client.get(
+                f"/chat/stream?message={state['message']}",
+                headers={"Last-Event-ID": str(state["seq"])},
+                stream=True,
+                name="/chat/stream (resume)",
+                timeout=MODEL.answer_timeout,
+                catch_response=True,
+            ) as response:
+                if response.status_code != 200:
+                    return self.failed(response)
+                response.success()
+                ended = self.read(response, state, timing, None, None)
+        if ended == "done":
+            return state["message"]
+        return None
+
+    def read(self, response, state, timing, stop_at, reload_at) -> str:
+        for event_id, data in sse_events(response):
+            if data == "[DONE]":
+                break
+            event = json.loads(data)
+            if event.get("started"):
+                state["message"], self.conversation = event["message"], event["conversation"]
+            elif "token" in event:
+                if event_id != state["seq"] + 1:
+                    record(surface="sse", error="seq_gap", message=state["message"], got=event_id)
+                state["seq"] = event_id
+                state["parts"].append(event["token"])
+                timing.token()
+                if stop_at is not None and len(state["parts"]) == stop_at:
+                    self.client.post(
+                        "/chat/stop",
+                        json={"message": state["message"]},
+                        headers=self.headers,
+                        name="/chat/stop",
+                    )
+                    stop_at = None
+                if reload_at is not None and len(state["parts"]) == reload_at:
+                    return "reload"
+            elif event.get("done"):
+                timing.done()
+                record(
+                    surface="sse",
+                    message=state["message"],
+                    status=event["status"],
+                    text="".join(state["parts"]),
+                )
+                return "done"
+            elif "error" in event:
+                report("SSE", "answer", 0, event["error"]["code"])
+                record(surface="sse", error=event["error"]["code"], message=state["message"])
+                return "error"
+        record(surface="sse", error="stream_ended_without_done", message=state["message"])
+        report("SSE", "answer", 0, "stream ended without done")
+        return "error"
+
+    def failed(self, response) -> None:
+        try:
+            code = response.json()["error"]["code"]
+        except ValueError:
+            code = f"http_{response.status_code}"
+        if code == "busy":
+            response.success()
+            refused("SSE", "busy", response.headers.get("Retry-After"))
+            return None
+        response.failure(code)
+        record(surface="sse", error=code, status=response.status_code)
+        return None
+
+
+class ApiProgram(HttpUser):
+    """A program on the OpenAI-compatible API with its key: streamed completions, stored (`store`)."""
+
+    weight = MODEL.weights["api"]
+    wait_time = between(MODEL.think_min, MODEL.think_max)
+
+    def on_start(self) -> None:
+        self.me = identity("api")
+        self.headers = {"Authorization": f"Bearer {self.me['key']}"}
+        models = self.client.get("/v1/models", headers=self.headers, name="/v1/models").json()
+        self.model = models["data"][0]["id"]
+        self.history: list[dict] = []
+
+    @task
+    def completion(self) -> None:
+        if random.random() < MODEL.p_new_conversation:
+            self.history = []
+        self.history.append({"role": "user", "content": prompt()})
+        body = {"model": self.model, "messages": self.history, "stream": True, "store": True}
+        timing = Timing("API")
+        parts = []
+        with self.client.post(
+            "/v1/chat/completions",
+            json=body,
+            headers=self.headers,
+            stream=True,
+            catch_response=True,
+            name="/v1/chat/completions",
+            timeout=MODEL.answer_timeout,
+        ) as response:
+            if response.status_code != 200:
+                code = response.json().get("error", {}).get("code") if response.content else None
+                if code == "busy":
+                    response.success()
+                    self.history.pop()
+                    return refused("API", "busy", response.headers.get("Retry-After"))
+                response.failure(code or response.status_code)
+                record(surface="api", error=str(code or response.status_code), user=self.me["username"])
+                self.history.pop()
+                return None
+            for _, data in sse_events(response):
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    response.failure(chunk["error"].get("code"))
+                    record(surface="api", error=chunk["error"].get("code"), user=self.me["username"])
+                    self.history.pop()
+                    return None
+                for choice in chunk.get("choices", []):
+                    if choice.get("delta", {}).get("content"):
+                        parts.append(choice["delta"]["content"])
+                        timing.token()
+        timing.done()
+        text = "".join(parts)
+        record(surface="api", user=self.me["username"], status="complete", text=text)
+        self.history.append({"role": "assistant", "content": text})
