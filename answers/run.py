@@ -127,6 +127,10 @@ class AnswerRun:
     def ended(self) -> None:
         """The answer's task is ending (a sink wakes its followers)."""
 
+    async def before_handover(self, r: aioredis.Redis) -> None:
+        """The answer is about to be left to another process: what it made must be where that
+        process reads it (a sink that keeps frames writes them)."""
+
     # The life.
 
     def start(self) -> asyncio.Task:
@@ -159,6 +163,8 @@ class AnswerRun:
         finally:
             self.ended()
             metrics.generation_ended()
+            if self._stop_reason == "handover":
+                await self.before_handover(r)
             if self._stop_reason != "superseded":  # the slot and the answer are another's now
                 await self.release(r, handover=self._stop_reason == "handover")
 

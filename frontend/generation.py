@@ -59,6 +59,8 @@ _prompt_counts: "weakref.WeakKeyDictionary[EngineClient, PromptCounts]" = weakre
 # How long an ended answer's frames wait in memory for a Redis that is away before they are dropped
 # (the stored row has the answer whatever happens: followers that resume read it from there).
 CATCH_UP_SECONDS = 120.0
+# How long a draining process tries to write an answer's last frames before it hands the answer over.
+HANDOVER_FLUSH_SECONDS = 5.0
 # How long past CHAT_TAKEOVER_AFTER_SECONDS a follower waits for another process to take an
 # answer over (every web process scans every CHAT_TAKEOVER_SCAN_SECONDS).
 TAKEOVER_GRACE = 10.0
@@ -96,6 +98,8 @@ class Generation(AnswerRun):
         self._ended = False
         # Writing the frames from a position on, after Redis went away; None: written as made.
         self._catching_up: asyncio.Task | None = None
+        # The position of the last frame known to be in the stream.
+        self._written = earlier[-1]["seq"] if earlier else -1
 
     def log_context(self) -> dict:
         return {
@@ -213,6 +217,7 @@ class Generation(AnswerRun):
             return  # written in order once Redis is back
         try:
             await streams.publish(r, self.owner, position, frame)
+            self._written = max(self._written, position)
         except ownership.Fenced:
             self.stop("superseded")
         except ownership.Gap as gap:
@@ -236,6 +241,7 @@ class Generation(AnswerRun):
                 while index < len(self._frames):
                     position, frame = self._frames[index]
                     await streams.publish(r, self.owner, position, frame)
+                    self._written = max(self._written, position)
                     index += 1
             except ownership.Fenced:
                 self.stop("superseded")
@@ -251,6 +257,20 @@ class Generation(AnswerRun):
             self._catching_up = None
             log.info("answer %s: its frames are in Redis again", self.message_id)
             return
+
+    async def before_handover(self, r: aioredis.Redis) -> None:
+        """Write the frames a follower here may have been shown but whose write the handover cut (or
+        that wait for Redis), so the process that continues the answer starts after them, not over them."""
+        if self._catching_up is None and (not self._frames or self._frames[-1][0] <= self._written):
+            return
+        if self._catching_up is not None:
+            self._catching_up.cancel()
+        try:
+            await asyncio.wait_for(self._catch_up(r, self._written + 1), HANDOVER_FLUSH_SECONDS)
+        except TimeoutError:
+            log.warning(
+                "answer %s: handed over with frames not written from %s", self.message_id, self._written + 1
+            )
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.

@@ -47,7 +47,8 @@ async def died(run) -> None:
     """The answer's process dies: its task stops without a word, its heartbeat is long past."""
     run._stop_reason = "superseded"  # nothing stored, nothing released: as a SIGKILL leaves it
     run.task.cancel()
-    await asyncio.gather(run.task, return_exceptions=True)
+    run._watcher.cancel()  # and no heartbeat after it
+    await asyncio.gather(run.task, run._watcher, return_exceptions=True)
     await redis_client().zadd(keys.CHAT_ANSWERS, {str(run.owner.answer): time.time() - 3600})
 
 
@@ -123,8 +124,11 @@ async def test_an_owner_that_another_process_took_over_stops_without_writing(ali
     old, fake = await running_answer(alice, ["a "], hang=True)
     assert await until(lambda: old.seq == 1, 10)
     r = redis_client()
-    await r.zadd(keys.CHAT_ANSWERS, {str(old.message_id): time.time() - 3600})
-    claim = await ownership.claim(r, old.message_id)
+    # Made stale, then claimed; the owner's next beat (every 0.2 s) may come between: again.
+    for _ in range(20):
+        await r.zadd(keys.CHAT_ANSWERS, {str(old.message_id): time.time() - 3600})
+        if (claim := await ownership.claim(r, old.message_id)) is not None:
+            break
     assert claim is not None and claim.fence == 2
     await asyncio.wait_for(asyncio.gather(old.task, return_exceptions=True), 10)
     assert fake.aborted == 1  # its engine request closed
@@ -267,3 +271,41 @@ async def test_an_api_answer_whose_process_died_is_recorded_as_far_as_its_client
     stored = await Message.objects.aget(conversation__owner=alice, role="assistant")
     assert (stored.status, stored.content) == ("interrupted", "Partial")
     assert not await r.zscore(keys.CHAT_ANSWERS, answer.owner.answer)
+
+
+async def test_a_frame_shown_here_whose_write_the_handover_cut_is_written_before_the_answer_is_left(
+    alice, monkeypatch
+):
+    publish, cut = streams.publish, asyncio.Event()
+
+    async def hangs_once_on_the_third(r, owner, position, frame):
+        if position == 2 and not cut.is_set():
+            cut.set()
+            await asyncio.Event().wait()  # the write is in flight when the handover comes
+        await publish(r, owner, position, frame)
+
+    monkeypatch.setattr(generation_module.streams, "publish", hangs_once_on_the_third)
+    draining, _ = await running_answer(alice, ["One, ", "two, ", "three, "], hang=True)
+    shown = [frame async for frame in _until_tokens(draining.frames_after(-1), 3)]
+    assert [f["text"] for f in shown] == ["One, ", "two, ", "three, "] and cut.is_set()
+    draining.stop("handover")
+    await asyncio.gather(draining.task, return_exceptions=True)
+    # The successor starts after what the follower here was shown, not over it.
+    r = redis_client()
+    assert tokens(await streams.written(r, draining.message_id)) == [
+        (0, "One, "),
+        (1, "two, "),
+        (2, "three, "),
+    ]
+    [continued] = await takeover.scan(r, FakeEngine(["four."]))
+    await asyncio.wait_for(continued.task, 10)
+    stored = await Message.objects.aget(pk=draining.message_id)
+    assert (stored.status, stored.content) == ("complete", "One, two, three, four.")
+
+
+async def _until_tokens(frames, count: int):
+    async for frame in frames:
+        yield frame
+        count -= 1
+        if not count:
+            return
