@@ -154,6 +154,11 @@ def chat_turn_of_answer(*, message_id: int) -> Turn | None:
     )
     if answer is None or answer.parent is None:
         return None
+    return _turn_of(answer)
+
+
+def _turn_of(answer: Message) -> Turn:
+    """The turn of an answer already stored (continued by another process, or past its limit)."""
     conversation = answer.conversation
     return _turn(
         conversation,
@@ -286,12 +291,7 @@ def chat_turn_continue(*, user: AbstractBaseUser, message_id: int) -> Turn:
     answer.save(update_fields=["status", "finish_reason", "note", "error_code", "finished_at"])
     conversation.current_leaf = answer
     conversation.save(update_fields=["current_leaf", "updated_at"])
-    return _turn(
-        conversation,
-        answer,
-        system_prompt=selectors.conversation_preamble(conversation),
-        history=selectors.conversation_history(leaf=answer.parent),
-    )
+    return _turn_of(answer)
 
 
 def message_finish(
