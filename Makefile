@@ -61,8 +61,8 @@ $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 
 install: $(BIN)/.installed
 
-# The manifests' scanners, Checkov and kubernetes-validate (tests/test_k8s_checkov.py,
-# tests/test_k8s_manifests.py), pinned, in a virtualenv of their own: their pins clash with the
+# The manifests' scanners, Checkov and kubernetes-validate (tests/topology/test_k8s_checkov.py,
+# tests/topology/test_k8s_manifests.py), pinned, in a virtualenv of their own: their pins clash with the
 # product's. About 70 s the first time; a new pin makes it again.
 TOOLS := .venv-tools
 CHECKOV_VERSION := 3.3.30

@@ -3,17 +3,15 @@
 Three limits: answers generating at once per user and in total (leases in sorted
 sets, scored by expiry so a dead process's slots free themselves), and messages per
 user per minute (the `limits` library's moving window). Past any of them the caller
-gets `busy` (protocol.busy) with a retry-after; the queue is never unbounded.
+gets `busy` (httpkit.errors.busy) with a retry-after; the queue is never unbounded.
 
 The per-user rate uses a maintained library; the concurrency leases are a short
 Lua script because `limits` counts events in windows and has no notion of a slot
 that is held and then released.
 """
 
-import asyncio
 import time
 import uuid
-import weakref
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -23,8 +21,9 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 import redisconn
-from answers import drain
-from frontend import metrics, protocol
+from answers import drain, metrics
+from eventloops import PerLoop
+from httpkit import errors
 from redisconn import keys
 
 _ACQUIRE = """
@@ -46,18 +45,11 @@ class Lease:
 
 
 # One limiter per event loop: its Redis connections belong to the loop that opened them.
-_limiters: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MovingWindowRateLimiter]" = (
-    weakref.WeakKeyDictionary()
+_rate_limiter = PerLoop(
+    lambda: MovingWindowRateLimiter(
+        RedisStorage(redisconn.limits_storage_uri(asynchronous=True), implementation="redispy")
+    )
 )
-
-
-def _rate_limiter() -> MovingWindowRateLimiter:
-    loop = asyncio.get_running_loop()
-    limiter = _limiters.get(loop)
-    if limiter is None:
-        storage = RedisStorage(redisconn.limits_storage_uri(asynchronous=True), implementation="redispy")
-        limiter = _limiters[loop] = MovingWindowRateLimiter(storage)
-    return limiter
 
 
 async def admit_answer(r: aioredis.Redis, *, user_id: int) -> Lease:
@@ -65,16 +57,16 @@ async def admit_answer(r: aioredis.Redis, *, user_id: int) -> Lease:
     (answers.drain) admits none."""
     if drain.draining():
         metrics.admission_refused("draining")
-        raise protocol.busy("draining", 1.0)
+        raise errors.busy("draining", 1.0)
     try:
         return await admit(r, user_id=user_id)
-    except protocol.Refusal as refusal:
+    except errors.Refusal as refusal:
         metrics.admission_refused(refusal.extra["reason"])
         raise
 
 
 async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
-    """Take a generation slot for the user, or raise protocol.busy's Refusal."""
+    """Take a generation slot for the user, or raise httpkit.errors.busy's Refusal."""
     lease = Lease(user_id=user_id, member=uuid.uuid4().hex)
     now = time.time()
     lease_seconds = settings.CHAT_LEASE_SECONDS
@@ -91,15 +83,15 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
         int(lease_seconds) + 1,
     )
     if refused == 1:
-        raise protocol.busy("user_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
+        raise errors.busy("user_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
     if refused == 2:
-        raise protocol.busy("total_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
+        raise errors.busy("total_concurrency", settings.CHAT_BUSY_RETRY_AFTER)
     item = RateLimitItemPerMinute(settings.CHAT_MESSAGES_PER_MINUTE)
     limiter = _rate_limiter()
     if not await limiter.hit(item, keys.CHAT_MESSAGES_LIMIT, str(user_id)):
         await release(r, lease)
         stats = await limiter.get_window_stats(item, keys.CHAT_MESSAGES_LIMIT, str(user_id))
-        raise protocol.busy("user_rate", max(1.0, stats.reset_time - time.time()))
+        raise errors.busy("user_rate", max(1.0, stats.reset_time - time.time()))
     return lease
 
 

@@ -1,6 +1,6 @@
 """A web process that is asked to stop (SIGTERM: every restart, every rolling deploy) drains:
 
-1. it stops listening and taking new work: its readiness answers 503 (frontend.health), new
+1. it stops listening and taking new work: its readiness answers 503 (monitoring.health), new
    sockets and new answers are refused, the takeover scan stops;
 2. the answers it runs go on for up to WEB_DRAIN_SECONDS, streaming to the sockets it serves;
 3. what still runs then is handed over: left in the registry as stale at once, so another web
@@ -15,17 +15,7 @@ import asyncio
 import logging
 import time
 
-from chatsite.env import env_float
-
 log = logging.getLogger(__name__)
-
-
-DEFAULT_SECONDS = 30.0
-
-
-def drain_seconds() -> float:
-    """WEB_DRAIN_SECONDS, for deploy/, which renders supervisord's wait from it without the settings."""
-    return env_float("WEB_DRAIN_SECONDS", DEFAULT_SECONDS, minimum=0.0)
 
 
 _draining = False

@@ -6,9 +6,9 @@ import logging
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from answers import metrics
 from answers.deadlines import AnswerTimeout
-from frontend import metrics
-from frontend.models import Message
+from answers.status import AnswerStatus
 from inference import state as engine_state
 from inference.client import EngineError
 from inference.prompt import PromptTooLong
@@ -36,15 +36,15 @@ def dropped_note(dropped: int) -> str:
 def failure(exc: Exception) -> tuple[str, str, str]:
     """(status, code, detail) for an answer that failed with `exc`."""
     if isinstance(exc, AnswerTimeout):
-        return Message.Status.TIMEOUT, exc.code, exc.detail
+        return AnswerStatus.TIMEOUT, exc.code, exc.detail
     if isinstance(exc, PromptTooLong):
-        return Message.Status.ERROR, "prompt_too_long", str(exc)
+        return AnswerStatus.ERROR, "prompt_too_long", str(exc)
     if isinstance(exc, EngineError):
-        status = Message.Status.ERROR if exc.code == "engine_rejected" else Message.Status.INTERRUPTED
+        status = AnswerStatus.ERROR if exc.code == "engine_rejected" else AnswerStatus.INTERRUPTED
         return status, exc.code, exc.detail
     if isinstance(exc, RedisError):
-        return Message.Status.INTERRUPTED, "stream_unavailable", "The token stream store is unavailable."
-    return Message.Status.ERROR, "internal_error", "The answer failed unexpectedly."
+        return AnswerStatus.INTERRUPTED, "stream_unavailable", "The token stream store is unavailable."
+    return AnswerStatus.ERROR, "internal_error", "The answer failed unexpectedly."
 
 
 async def reported_failure(r: aioredis.Redis, exc: Exception, answer: str) -> tuple[str, str, str]:

@@ -19,9 +19,8 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 import redisconn
-from answers import admission, outcomes, ownership, watcher
+from answers import admission, metrics, outcomes, ownership, watcher
 from answers.deadlines import Deadlines
-from frontend import metrics
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
 from logcontext import bind_log_context

@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 
 import redisconn
 from answers import admission, ownership
+from eventloops import PerLoop
 from redisconn import keys
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,8 @@ class _Stops:
                 stop()
 
 
-# A loop's client and stops go together (a _Stops holds the client only while it listens).
-_stops_of = redisconn.PerClient(_Stops)
+# The stops of the running loop's answers: one listener on the channel for them all.
+_stops_of = PerLoop(_Stops)
 
 
 async def watch(
@@ -163,7 +164,7 @@ async def watch(
     `so_far()` in the answer's owner record (answers.ownership.beat)."""
     message_id = owner.answer
     beat = settings.CHAT_HEARTBEAT_SECONDS
-    stops = _stops_of(r)
+    stops = _stops_of()
     asked = partial(stop, "user")
     try:
         try:

@@ -14,6 +14,7 @@ import time
 
 from django.conf import settings
 
+from bench import setup
 from bench.bench_streaming import MAX_TOKENS, messages, product_level, raw_level
 from bench.processes import (
     bench_users,
@@ -133,4 +134,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

@@ -14,6 +14,7 @@ Target: none of its own; it decides the binding the product sets (docs/benchmark
 import contextlib
 import os
 
+from bench import setup
 from bench.bench_streaming import MAX_TOKENS, jobs_for, raw_and_product
 from bench.processes import engine_config, engine_process, redis_running
 from bench.results import arguments, engine_settings, save
@@ -72,4 +73,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

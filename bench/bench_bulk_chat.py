@@ -13,8 +13,8 @@ One run, one engine (started here with the product's settings, or --engine-url):
 
 Chat requests mark themselves in Redis the way the web tier does
 (`chat:generations:active`, a set of leases). Target: chat TTFT in (5) within 1.5x of (1).
-Run: `python -m bench.bench_bulk_chat [--documents N] [--engine-url URL]` (the bench
-package sets Django up on the product's settings and database); prints JSON.
+Run: `python -m bench.bench_bulk_chat [--documents N] [--engine-url URL]` (on the product's
+settings and database, bench.setup); prints JSON.
 
 Why one module of about 300 lines: the five phases share one engine, one corpus and one
 chat probe, and are read in order.
@@ -32,20 +32,25 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from bench.processes import LOGS, PRODUCTION, ROOT, engine_config, engine_running, log_file, redis_running
+from bench import setup
+from bench.processes import PRODUCTION, engine_config, engine_running, log_file, logs, redis_running
 from bench.results import RESULTS, save
+from harness.processes import ROOT
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
-from jobs import selectors, services
 from jobs.ingest import DocumentInput
-from jobs.models import Job
 from jobs.summarize import PRESETS, Summarizer
 from redisconn.keys import CHAT_ACTIVE
+
+# The jobs' models load once Django is set up (bench.setup), after this module's imports.
+if TYPE_CHECKING:
+    from jobs.models import Job
 
 CHAT_QUESTIONS = [
     "What is the capital of France?",
@@ -176,7 +181,7 @@ def celery_worker(engine_url: str):
     )
     try:
         deadline = time.monotonic() + 90
-        while " ready." not in (LOGS / "bulk-celery.log").read_text():
+        while " ready." not in (logs() / "bulk-celery.log").read_text():
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the Celery worker did not start; see var/bench-logs/bulk-celery.log")
             time.sleep(0.2)
@@ -187,17 +192,21 @@ def celery_worker(engine_url: str):
         log.close()
 
 
-def submit_job(texts: list[str]) -> Job:
+def submit_job(texts: list[str]) -> "Job":
     """A job owned by a fresh staff user: a fresh cache salt, as for the raw runs."""
+    from jobs import services
+
     owner = get_user_model().objects.create_user(f"bench-bulk-{uuid.uuid4().hex[:8]}", is_staff=True)
     documents = [DocumentInput(f"bench-{i}", text=t) for i, t in enumerate(texts)]
     return services.job_create(owner=owner, documents=documents, name="bench_bulk_chat")
 
 
-async def job_until_done(job: Job) -> dict:
+async def job_until_done(job: "Job") -> dict:
+    from jobs import selectors
+
     while True:
         await job.arefresh_from_db()
-        if job.status not in Job.ACTIVE:
+        if job.status not in job.ACTIVE:
             break
         await asyncio.sleep(0.5)
     progress = await sync_to_async(selectors.job_progress)(job=job)
@@ -297,4 +306,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

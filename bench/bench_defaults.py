@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from bench import setup
 from bench.bench_bulk_chat import celery_worker, document, job_until_done, raw_bulk, submit_job
 from bench.bench_streaming import MAX_TOKENS, jobs_for, product_level, raw_level
 from bench.processes import (
@@ -144,4 +145,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from django.conf import settings
 
+from bench import setup
 from bench.clients import RawEngine, run_concurrently
 from bench.processes import engine_config, engine_running
 from bench.prompts import LONG_SYSTEM_PROMPT, PROMPTS, new_salt
@@ -131,4 +132,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

@@ -13,6 +13,7 @@ length where the ratio crosses 10x.
 import argparse
 import asyncio
 
+from bench import setup
 from bench.clients import ProductChat, RawEngine
 from bench.processes import (
     bench_users,
@@ -179,4 +180,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

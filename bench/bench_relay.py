@@ -15,6 +15,7 @@ import asyncio
 import subprocess
 import sys
 
+from bench import setup
 from bench.clients import ProductChat, run_concurrently
 from bench.processes import (
     bench_users,
@@ -25,7 +26,8 @@ from bench.processes import (
     redis_running,
 )
 from bench.results import arguments, save
-from harness.processes import ROOT, free_port, wait_for
+from harness.processes import ROOT, free_port
+from harness.waiting import wait_for
 
 CHATS = 32
 # (seconds between one answer's tokens, tokens per answer). 0: as fast as the fast engine can,
@@ -127,4 +129,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

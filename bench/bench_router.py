@@ -20,14 +20,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from bench import setup
 from bench.bench_prefix import MAX_TOKENS, conversation
 from bench.clients import RawEngine
 from bench.processes import engine_config, engine_process, log_file
 from bench.prompts import LONG_SYSTEM_PROMPT, new_salt
 from bench.results import arguments, engine_settings, percentile, save
-from harness.processes import free_port, wait_for
+from enginehost.router import RouterConfig
+from harness.processes import free_port
 from harness.supervision import answers
-from inference.router import RouterConfig
+from harness.waiting import wait_for
 
 POLICIES = ["consistent_hash", "cache_aware", "round_robin"]
 
@@ -134,4 +136,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

@@ -22,6 +22,7 @@ import random
 
 from django.conf import settings
 
+from bench import setup
 from bench.bench_bulk_chat import document
 from bench.clients import RawEngine, run_concurrently
 from bench.processes import engine_config, engine_running
@@ -156,4 +157,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

@@ -16,7 +16,7 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from bench import hardware
+from bench import hardware, setup
 from bench.clients import ProductChat, RawEngine, run_concurrently
 from bench.processes import (
     bench_users,
@@ -30,7 +30,7 @@ from bench.processes import (
 )
 from bench.prompts import PROMPTS, SHORT_SYSTEM_PROMPT, new_salt
 from bench.results import arguments, best, engine_settings, repeats, save, summarize
-from inference.client import metric_sums
+from inference.topology import metric_sums
 
 LEVELS = (1, 4, 16, 32)
 MAX_TOKENS = 64
@@ -228,4 +228,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    setup()
     main()

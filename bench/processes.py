@@ -2,36 +2,29 @@
 
 import contextlib
 import os
-import secrets
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
-import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
 from deploy.supervisor import Topology, write
-from harness.processes import ROOT, daphne_running, free_port, ports_in_a_row, wait_for
+from enginehost.launcher import EngineConfig, EngineProcess
+from harness.processes import daphne_running, free_port, ports_in_a_row, redis_answers, redis_serving
 from harness.supervision import answers, supervisord_running
-from inference.launcher import EngineConfig, EngineProcess
-
-LOGS = Path(settings.DATA_DIR) / "bench-logs"
+from harness.waiting import wait_for
 
 # The web processes run in production mode, as deployed: development mode (DEBUG, which `make`
-# sets) records every SQL query and serves static files through Django. Their sessions are made
-# here, so this process signs them with the key the web processes get.
-if settings.DEBUG and len(settings.SECRET_KEY) < 50:
-    settings.SECRET_KEY = secrets.token_urlsafe(50)
+# sets) records every SQL query and serves static files through Django. They read the sessions made
+# here: their key is this process's, from the environment they inherit (bench.setup).
 PRODUCTION = {
     "DEBUG": "false",
-    "SECRET_KEY": settings.SECRET_KEY,
     "ALLOWED_HOSTS": "127.0.0.1,localhost",
     # Plain HTTP on the loopback, as behind a TLS-terminating proxy.
     "SECURE_COOKIES": "false",
@@ -40,36 +33,25 @@ PRODUCTION = {
 }
 
 
+def logs() -> Path:
+    """The folder of the processes' output, made if missing."""
+    folder = Path(settings.DATA_DIR) / "bench-logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def log_file(name: str):
-    LOGS.mkdir(parents=True, exist_ok=True)
-    return open(LOGS / f"{name}.log", "w")  # noqa: SIM115 - the caller closes it
+    return open(logs() / f"{name}.log", "w")  # noqa: SIM115 - the caller closes it
 
 
 @contextlib.contextmanager
 def redis_running() -> Iterator[None]:
-    """REDIS_URL's Redis, or the bundled one on its default address, as `make run` does."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-
-    def up() -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    process = None
-    if not up():
-        if "REDIS_URL" in os.environ:
-            raise RuntimeError(f"REDIS_URL={settings.REDIS_URL} does not answer")
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "runredis"], cwd=ROOT, stdout=subprocess.DEVNULL
-        )
-    try:
-        wait_for(up, 30, "Redis")
+    """REDIS_URL's Redis, or the bundled one on its default address, as `make run` does: one that
+    already answers there (a running `make run`'s) is used, not started again."""
+    if "REDIS_URL" in os.environ and not redis_answers(settings.REDIS_URL):
+        raise RuntimeError(f"REDIS_URL={settings.REDIS_URL} does not answer")
+    with redis_serving(settings.REDIS_URL, bundled=not redis_answers(settings.REDIS_URL)):
         yield
-    finally:
-        if process is not None:
-            process.terminate()
-            process.wait(10)
 
 
 def engine_config(**overrides) -> EngineConfig:
@@ -109,7 +91,7 @@ def product_process(engine_url: str, **environment: str) -> Iterator[tuple[str, 
     """daphne serving the product against `engine_url`, with extra settings from `environment`:
     (base URL, process)."""
     env = dict(os.environ, **PRODUCTION, INFERENCE_URL=engine_url, **environment)
-    with daphne_running(env, LOGS / "daphne.log") as served:
+    with daphne_running(env, logs() / "daphne.log") as served:
         yield served
 
 
@@ -119,7 +101,7 @@ def cluster_process(
 ) -> Iterator[tuple[str, list[int]]]:
     """`web_processes` daphne processes behind nginx under supervisord, as `make run TOPOLOGY=cluster`
     starts them, against `engine_url`: (nginx's base URL, the web processes' pids)."""
-    run_dir = LOGS / "cluster"
+    run_dir = logs() / "cluster"
     # Metrics in multiprocess mode, as `make run` keeps them: /metrics through nginx sums them all.
     metrics = run_dir / "metrics"
     shutil.rmtree(metrics, ignore_errors=True)
@@ -135,7 +117,7 @@ def cluster_process(
         PROMETHEUS_MULTIPROC_DIR=str(metrics),
         **environment,
     )
-    with supervisord_running(run_dir / "supervisord.conf", env, LOGS / "cluster.log") as supervisor:
+    with supervisord_running(run_dir / "supervisord.conf", env, logs() / "cluster.log") as supervisor:
         base = f"http://127.0.0.1:{port}"
         backends = [f"http://127.0.0.1:{backend}/healthz/live" for _, backend in topology.web_backends()]
         wait_for(lambda: all(answers(url) for url in [base + "/healthz/ready", *backends]), 90, "the cluster")

@@ -14,7 +14,7 @@ from pathlib import Path
 from django.conf import settings
 
 from bench.clients import Answer
-from inference.launcher import EngineConfig
+from enginehost.launcher import EngineConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "benchmarks"

@@ -13,6 +13,7 @@ SIGTERM, or SIGINT, stops it at once.
 """
 
 import asyncio
+import os
 import signal
 
 from chatsite.env import env_choice
@@ -68,6 +69,8 @@ def server_class():
 
 
 def main() -> None:
+    # Read by the settings (PROCESS_ROLE): this process reuses its database connections.
+    os.environ["CHATSITE_PROCESS"] = "web"
     use_event_loop()
     from daphne.cli import CommandLineInterface
 

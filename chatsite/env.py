@@ -88,3 +88,9 @@ def env_file(name: str) -> str:
     if not text:
         raise ImproperlyConfigured(f"{name}={path!r}: the file is empty")
     return text
+
+
+def web_drain_seconds() -> float:
+    """WEB_DRAIN_SECONDS (answers.drain): read by the settings, and by deploy/, which renders
+    supervisord's wait from it without the settings."""
+    return env_float("WEB_DRAIN_SECONDS", 30.0, minimum=0.0)

@@ -1,7 +1,7 @@
 """Project configuration. Every value that varies by deployment comes from the
 environment through chatsite.env; docs/configuration.md lists them all.
 
-Why one module of about 300 lines: Django reads one settings module, and a test checks it
+Why one module of about 450 lines: Django reads one settings module, and a test checks it
 against docs/configuration.md; it is grouped by part (store, Redis, engine, chat, jobs,
 monitoring, security) in the order of that document."""
 
@@ -11,8 +11,16 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from answers import drain
-from chatsite.env import env_bool, env_choice, env_file, env_float, env_int, env_list, env_str
+from chatsite.env import (
+    env_bool,
+    env_choice,
+    env_file,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    web_drain_seconds,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
@@ -34,7 +42,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "redisconn",
     "inference",
+    "enginehost",
+    "answers",
     "apitokens",
     "jobs",
     "frontend",
@@ -87,8 +98,11 @@ DATABASES = {
         env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=0
     )
 }
-# PostgreSQL connections each web process keeps in its pool (chatsite/asgi.py); 0: no pool.
+# PostgreSQL connections each web process keeps in its pool; 0: no pool.
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 8, minimum=0)
+# Which process this is: the web process (`python -m chatsite.daphne` says "web") reuses its
+# database connections, the others (workers, commands) keep one per task.
+PROCESS_ROLE = env_choice("CHATSITE_PROCESS", "other", {"web", "other"})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a separately started server process sees the test data.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
@@ -101,6 +115,27 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+if PROCESS_ROLE == "web":
+    # Under ASGI each ORM call runs through sync_to_async and Django closes its connection after
+    # it, so every call opened a new one.
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        # Kept open: opening one (the file, the WAL and synchronous pragmas) cost about 1 ms,
+        # three times an answer, in the one thread that runs the chat's database calls, where a
+        # burst of messages queues (`chat_turn_store_seconds`). An HTTP request's calls run in a
+        # thread of their own that ends with it, and its connection with the thread.
+        DATABASES["default"]["CONN_MAX_AGE"] = None
+    elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
+        # From a pool (4.4 ms a connection without one, docs/benchmarks.md). Django's pool
+        # (psycopg_pool) hands a connection back instead and checks it before lending it again,
+        # so connections the server dropped (a restart, a failover) are replaced, not used. Only
+        # in the web process: the Celery workers fork, and a pool must not be shared across a fork.
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": DATABASE_POOL_SIZE,
+            # A request waits this long for a free connection, then fails with an error.
+            "timeout": 10,
+        }
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address.
@@ -315,7 +350,7 @@ if CHAT_TAKEOVER_AFTER_SECONDS < 2 * CHAT_HEARTBEAT_SECONDS:
         f"CHAT_HEARTBEAT_SECONDS={CHAT_HEARTBEAT_SECONDS:g}: one late beat must not hand a live answer over"
     )
 CHAT_TAKEOVER_SCAN_SECONDS = env_float("CHAT_TAKEOVER_SCAN_SECONDS", 1.0, minimum=0.1)
-WEB_DRAIN_SECONDS = env_float("WEB_DRAIN_SECONDS", drain.DEFAULT_SECONDS, minimum=0.0)
+WEB_DRAIN_SECONDS = web_drain_seconds()
 CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
 CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
 CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)

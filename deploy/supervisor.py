@@ -15,7 +15,7 @@ With `nginx`, the site is nginx on WEB_PORT in front of WEB_PROCESSES daphne pro
 ports above it (web-0 on WEB_PORT+1, ...), each trusting X-Forwarded-For from this host only.
 With INFERENCE_REPLICAS above 1, `inference` becomes inference-0, inference-1, ... (each its own
 `runinference` with INFERENCE_REPLICA=i, restarted on its own) behind `router` (vLLM's router at
-INFERENCE_URL; inference/router.py).
+INFERENCE_URL; enginehost/router.py).
 """
 
 import os
@@ -24,14 +24,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from answers.drain import drain_seconds
+from chatsite.env import web_drain_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # How long each process may take to stop after SIGTERM before it is killed: an engine drains
 # its requests; a web process lets its answers finish for WEB_DRAIN_SECONDS and hands over the
 # rest (answers.drain); Celery finishes its task.
-STOP_WAIT = {"inference": 30, "web": int(drain_seconds()) + 10, "worker": 60, "bulk": 60, "router": 10}
+STOP_WAIT = {"inference": 30, "web": int(web_drain_seconds()) + 10, "worker": 60, "bulk": 60, "router": 10}
 
 
 def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:

@@ -24,6 +24,12 @@ class TooMuchOutput(Exception):
     pass
 
 
+def file_limit() -> int:
+    """The most bytes a document file may have, however it arrives (BULK_MAX_FILE_BYTES): a bulk
+    job's upload or a chat attachment."""
+    return settings.BULK_MAX_FILE_BYTES
+
+
 async def _read_bounded(stream: asyncio.StreamReader, limit: int, *, cut: bool = False) -> bytes:
     """All of `stream`, up to `limit` bytes: past it TooMuchOutput, or with `cut` the first `limit`."""
     chunks, size = [], 0
@@ -58,7 +64,7 @@ async def document_text(data: bytes, format: str, *, seconds: float | None = Non
     time; DocumentError says why it failed."""
     seconds = settings.BULK_PDF_TIMEOUT if seconds is None else seconds
     cpu = math.ceil(cpu_seconds if cpu_seconds is not None else settings.BULK_PDF_CPU_SECONDS)
-    limit = settings.BULK_MAX_FILE_BYTES * 4
+    limit = file_limit() * 4
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

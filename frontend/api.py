@@ -9,15 +9,15 @@ each such read is recorded (audit) before it is answered. is_staff alone reads n
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.http import require_GET
 
 from apitokens.auth import user_for_request
 from apitokens.models import Scope
 from audit.models import ConversationRead
 from audit.services import conversation_read_record
 from frontend import selectors
-from frontend.http_json import ApiError, json_errors, not_found, unauthenticated
 from frontend.models import Conversation
+from httpkit.errors import Refusal, not_found, unauthenticated
+from httpkit.json import json_view
 
 MAX_PAGE_SIZE = 100
 
@@ -34,7 +34,7 @@ def _positive_int(request: HttpRequest, name: str, default: int) -> int:
     if raw is None:
         return default
     if not raw.isdigit() or int(raw) < 1:
-        raise ApiError(400, "invalid_parameter", f"'{name}' must be a positive integer")
+        raise Refusal("invalid_field", f"'{name}' must be a positive integer")
     return int(raw)
 
 
@@ -45,7 +45,7 @@ def _since(request: HttpRequest):
     try:
         return selectors.since_from(raw)
     except ValueError:
-        raise ApiError(400, "invalid_parameter", "'since' must be an ISO 8601 date or date-time") from None
+        raise Refusal("invalid_field", "'since' must be an ISO 8601 date or date-time") from None
 
 
 def _archived(request: HttpRequest) -> bool | None:
@@ -53,7 +53,7 @@ def _archived(request: HttpRequest) -> bool | None:
     if raw is None:
         return None
     if raw not in ("true", "false"):
-        raise ApiError(400, "invalid_parameter", "'archived' must be true or false")
+        raise Refusal("invalid_field", "'archived' must be true or false")
     return raw == "true"
 
 
@@ -63,8 +63,7 @@ def _page_url(request: HttpRequest, page: int) -> str:
     return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
 
 
-@require_GET
-@json_errors
+@json_view("GET")
 def conversation_list(request: HttpRequest) -> JsonResponse:
     """Conversations, newest activity first, one page at a time; filters: search (each result then has
     the `snippet` its messages matched with), since, archived, user (staff)."""
@@ -73,8 +72,8 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
     everyone = request.GET.get("all") == "true"
     others = everyone or (username is not None and username != user.get_username())
     if others and not selectors.may_read_all(user):
-        raise ApiError(
-            403, "forbidden", "reading other users' conversations needs the read_all_conversations permission"
+        raise Refusal(
+            "forbidden", "reading other users' conversations needs the read_all_conversations permission"
         )
     page = _positive_int(request, "page", 1)
     size = min(_positive_int(request, "page_size", settings.CHAT_API_PAGE_SIZE), MAX_PAGE_SIZE)
@@ -99,7 +98,7 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
     count = conversations.count()
     start = (page - 1) * size
     if start >= count and page > 1:
-        raise ApiError(404, "not_found", "no such page")
+        raise not_found("page")
     results = [selectors.conversation_summary(c) for c in conversations[start : start + size]]
     if search:
         snippets = selectors.search_snippets([r["id"] for r in results], search)
@@ -115,8 +114,7 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
     )
 
 
-@require_GET
-@json_errors
+@json_view("GET")
 def conversation_detail(request: HttpRequest, conversation_id: int) -> JsonResponse:
     """One conversation with every message of every version and its figures."""
     user = _user(request)

@@ -9,6 +9,7 @@ class FrontendConfig(AppConfig):
         from answers import takeover
         from frontend import (
             generation,
+            metrics,  # noqa: F401 - the chat page's metrics exist from the start, for /metrics
             signals,  # noqa: F401 - connects the receivers
         )
 

@@ -17,11 +17,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
 
 import redisconn
+from answers import metrics as answer_metrics
 from answers.drain import draining
 from frontend import metrics, protocol, rates, selectors, services, socket_auth, streams
 from frontend.generation import answer_start, answer_stop, follow
 from frontend.models import Message
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal
 from inference.engine import engine_client
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except Refusal as refusal:
             # Refused at the handshake (HTTP 403), before the page can send a frame into a socket
             # about to close; the page retries with its backoff.
-            metrics.admission_refused(refusal.extra["reason"])
+            answer_metrics.admission_refused(refusal.extra["reason"])
             log.info("chat socket refused: user %s holds %s sockets", self.user.pk, refusal.extra["reason"])
             await self.close()
             return
@@ -135,7 +136,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except socket_auth.LoggedOut:
             await self.close(code=4401)
         except Refusal as refusal:
-            await self.send_json(refusal.frame())
+            await self.send_json(protocol.refused(refusal))
         except RedisError:
             log.warning("chat frame refused: Redis unavailable", exc_info=True)
             await self.send_json(protocol.error("redis_unavailable", "Try again in a moment."))
@@ -230,7 +231,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             message = await self._owned_message(message_id)
         except Refusal as refusal:  # deleted meanwhile
-            await self.send_json(refusal.frame())
+            await self.send_json(protocol.refused(refusal))
             return
         await self.send_json(protocol.closing(message))
 

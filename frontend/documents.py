@@ -22,13 +22,12 @@ from django.core.files.uploadedfile import UploadedFile
 
 import redisconn
 from documents import FORMATS
-from documents.reader import document_text
+from documents.reader import document_text, file_limit
 from documents.text import DocumentError
-from frontend import protocol, selectors
+from frontend import selectors
 from frontend.models import ConversationDocument
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal, busy
 from inference.client import EngineClient, EngineError
-from jobs.ingest import Limits
 from redisconn import keys
 
 # Left free beside the documents and the answer, for the question of the turn.
@@ -48,7 +47,7 @@ async def _reading_slot(user_id: int) -> AsyncIterator[None]:
     global _reading
     retry = settings.CHAT_BUSY_RETRY_AFTER
     if _reading >= settings.CHAT_DOCUMENT_READS_PER_PROCESS:
-        raise protocol.busy("document_reads", retry)
+        raise busy("document_reads", retry)
     r = redisconn.client()
     key = keys.chat_user_document_reads(user_id)
     async with r.pipeline(transaction=True) as pipe:
@@ -58,7 +57,7 @@ async def _reading_slot(user_id: int) -> AsyncIterator[None]:
         held, _ = await pipe.execute()
     if held > settings.CHAT_DOCUMENT_READS_PER_USER:
         await r.decr(key)
-        raise protocol.busy("user_document_reads", retry)
+        raise busy("user_document_reads", retry)
     _reading += 1
     try:
         yield
@@ -72,8 +71,8 @@ def _read(upload: UploadedFile) -> tuple[str, bytes, str]:
     name = PurePosixPath(upload.name or "document").name
     format = FORMATS.get(PurePosixPath(name).suffix.lower())
     if format is None:
-        raise Refusal("invalid_field", f"{name}: attach a .txt, .md, .html or .pdf file")
-    limit = Limits.from_settings().file_bytes
+        raise Refusal("invalid_field", f"{name}: attach a file of one of the types {', '.join(FORMATS)}")
+    limit = file_limit()
     upload.seek(0)
     data = upload.read(limit + 1)
     if len(data) > limit:

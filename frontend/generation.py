@@ -45,7 +45,7 @@ from answers import admission, outcomes, ownership, watcher
 from answers.run import COMPLETE, RUNNING, STOPPED, AnswerRun, Outcome, cache_salt_for
 from frontend import metrics, protocol, selectors, services, socket_auth, streams
 from frontend.models import Message
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal
 from inference.client import ChatRequest, EngineClient
 from inference.prompt import PromptCounts, assemble
 from usage.models import UsageDay
@@ -386,7 +386,7 @@ async def answer_start(
     The one way an answer begins, for the WebSocket and the HTTP stream alike.
     `still_allowed`, if given, runs in the turn's own trip to the database first (the socket's
     login check: socket_auth.LoggedOut when it fails, nothing stored).
-    Raises protocol.Refusal: `busy` (nothing stored), or whatever `start_turn` refuses,
+    Raises Refusal: `busy` (nothing stored), or whatever `start_turn` refuses,
     after giving the slot back.
     """
     r = redisconn.client()

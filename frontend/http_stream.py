@@ -18,13 +18,12 @@ so no thread is held per stream. Failures before the first token are plain JSON 
 a status; later ones arrive as a `data: {"error": {...}}` event before `[DONE]`.
 """
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 import redisconn
@@ -32,46 +31,11 @@ from apitokens.auth import auser_for_request, bearer_token
 from apitokens.models import Scope
 from frontend import protocol, selectors, services, streams
 from frontend.generation import answer_start, answer_stop, follow
-from frontend.http_json import (
-    ApiError,
-    check_csrf,
-    json_errors,
-    not_found,
-    read_json,
-    refused,
-    unauthenticated,
-)
 from frontend.models import Message
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal, not_found, unauthenticated
+from httpkit.json import check_csrf, json_view, read_json
+from httpkit.sse import event_stream, sse_event
 from inference.engine import engine_client
-
-
-class EventStreamResponse(StreamingHttpResponse):
-    """An SSE response whose event iterator is closed the moment the response is.
-
-    When the client goes away, Django closes the response's outer iterator, but not the
-    iterator wrapped inside it: that one is left to the garbage collector, which may
-    finalize it seconds later or only at its next cycle collection. Iterating ours under
-    `aclosing` closes it, and its `finally` lets go of the answer's stream, at once."""
-
-    async def __aiter__(self):
-        async with aclosing(self._iterator) as parts:
-            async for part in parts:
-                yield self.make_bytes(part)
-
-
-def sse_event(payload: dict | str, event_id: int | None = None) -> bytes:
-    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}data: {data}\n\n".encode()
-
-
-def event_stream(events: AsyncIterator[bytes]) -> EventStreamResponse:
-    return EventStreamResponse(
-        events,
-        content_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
 
 
 def _as_event(frame: dict, ids: dict) -> tuple[dict, int | None]:
@@ -141,13 +105,11 @@ async def _writer(request: HttpRequest):
 
 
 @csrf_exempt
-@json_errors
+@json_view("POST", "GET")
 async def chat_stream(request: HttpRequest) -> HttpResponse:
     """POST: store the prompt, generate the answer, and stream it. GET: resume an answer."""
     if request.method == "GET":
         return await _resume(request)
-    if request.method != "POST":
-        raise ApiError(405, "method_not_allowed", "use POST to ask, GET to resume")
     user = await _writer(request)
     # JSON may spell a character in up to six bytes (\\uXXXX); a message list holds many.
     data = read_json(request, max_bytes=settings.CHAT_MAX_CONTENT_CHARS * 6 * 8 + 1024)
@@ -161,7 +123,7 @@ async def chat_stream(request: HttpRequest) -> HttpResponse:
         raise
     if first["type"] == "chat.error":
         await frames.aclose()
-        raise refused(Refusal(first["code"], first["detail"], retry_after=first.get("retry_after")))
+        raise Refusal(first["code"], first["detail"], retry_after=first.get("retry_after"))
     turn = generation.turn
     ids = {"conversation": turn.conversation_id, "message": turn.assistant_message_id}
 
@@ -180,9 +142,9 @@ def _last_seen(request: HttpRequest) -> int:
     try:
         after = int(raw)
     except ValueError:
-        raise ApiError(400, "invalid_field", "Last-Event-ID / 'after' must be a token seq") from None
+        raise Refusal("invalid_field", "Last-Event-ID / 'after' must be a token seq") from None
     if after < -1:
-        raise ApiError(400, "invalid_field", "Last-Event-ID / 'after' must be a token seq")
+        raise Refusal("invalid_field", "Last-Event-ID / 'after' must be a token seq")
     return after
 
 
@@ -192,7 +154,7 @@ async def _resume(request: HttpRequest) -> HttpResponse:
         raise unauthenticated()
     raw = request.GET.get("message", "")
     if not raw.isdigit() or int(raw) < 1:
-        raise ApiError(400, "invalid_field", "'message' must be a positive integer id")
+        raise Refusal("invalid_field", "'message' must be a positive integer id")
     message_id, after = int(raw), _last_seen(request)
     message = await database_sync_to_async(selectors.message_get)(user=user, message_id=message_id)
     if message is None or message.role != Message.Role.ASSISTANT:
@@ -211,11 +173,9 @@ async def _resume(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_exempt
-@json_errors
+@json_view("POST")
 async def chat_stop(request: HttpRequest) -> JsonResponse:
     """Stop one of the user's answers, wherever it runs: `{"message": ID}`."""
-    if request.method != "POST":
-        raise ApiError(405, "method_not_allowed", "use POST")
     user = await _writer(request)
     message_id = protocol.id_field(read_json(request, max_bytes=1024), "message")
     await answer_stop(user=user, message_id=message_id)

@@ -10,6 +10,8 @@ docs/store.md describes the schema."""
 from django.conf import settings
 from django.db import models
 
+from answers.status import AnswerStatus
+
 
 class Conversation(models.Model):
     owner = models.ForeignKey(
@@ -83,15 +85,8 @@ class Message(models.Model):
         USER = "user"
         ASSISTANT = "assistant"
 
-    class Status(models.TextChoices):
-        GENERATING = "generating"
-        COMPLETE = "complete"
-        STOPPED = "stopped"
-        ERROR = "error"
-        # Ended by a timeout (first token, between tokens, or total).
-        TIMEOUT = "timeout"
-        # Cut off by a failure outside the answer: the engine or a web process died.
-        INTERRUPTED = "interrupted"
+    # An answer's statuses belong to the answer run (answers.status), whichever surface stores it.
+    Status = AnswerStatus
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     # The message this one follows; null for the first user message of each version.

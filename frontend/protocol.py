@@ -1,15 +1,18 @@
-"""The chat protocol (docs/protocol.md): every frame the server sends, every error code,
-and the checks of what a client sends.
+"""The chat protocol (docs/protocol.md): every frame the server sends, and the checks of what a
+client sends.
 
 The WebSocket consumer, the SSE stream (`POST /chat/stream`) and the JSON views build
-their frames and refuse bad input here, so a frame or a code means the same on every
-transport. A test reads docs/protocol.md against the names below.
+their frames and refuse bad input here, so a frame means the same on every transport; the
+error codes they refuse with are every surface's (httpkit.errors). A test reads
+docs/protocol.md against the names below.
 """
 
-import json
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+
+from httpkit.errors import Refusal
+from httpkit.json import parse_json
 
 if TYPE_CHECKING:
     from frontend.models import Message
@@ -19,81 +22,16 @@ SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")
 # The frames that end an answer.
 TERMINAL = frozenset({"chat.done", "chat.error"})
 
-# Every error code, with the HTTP status an HTTP endpoint answers it with.
-ERRORS: dict[str, int] = {
-    "binary_frame": 400,
-    "invalid_json": 400,
-    "invalid_frame": 400,
-    "unknown_type": 400,
-    "invalid_field": 400,
-    "too_large": 413,
-    "not_found": 404,
-    "not_running": 409,
-    "not_continuable": 409,
-    "busy": 429,
-    "quota_exceeded": 429,
-    "timeout_first_token": 503,
-    "timeout_between_tokens": 503,
-    "timeout_total": 503,
-    "interrupted": 503,
-    "redis_unavailable": 503,
-    "stream_unavailable": 503,
-    "conversation_busy": 409,
-    "prompt_too_long": 400,
-    "engine_unavailable": 503,
-    "engine_timeout": 503,
-    "engine_rejected": 400,
-    "engine_error": 503,
-    "internal_error": 500,
-}
-
-
-class Refusal(Exception):
-    """A request that is not carried out, as the client is told: a code from ERRORS, a
-    sentence for people, and the fields the code documents (`retry_after`, `message`...)."""
-
-    def __init__(self, code: str, detail: str, **extra):
-        if code not in ERRORS:
-            raise ValueError(f"undocumented error code {code!r}")
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-        self.extra = extra
-
-    @property
-    def status(self) -> int:
-        """The HTTP status of this refusal."""
-        return ERRORS[self.code]
-
-    def frame(self) -> dict:
-        return error(self.code, self.detail, **self.extra)
-
-
-BUSY_DETAILS = {
-    "socket_rate": "Too many requests on this connection; slow down.",
-    "user_sockets": "Too many chat tabs or windows open; close one.",
-    "user_changes": "Too many changes to conversations at once; try again shortly.",
-    "draining": "This server is restarting; try again in a moment.",
-    "user_document_reads": "Another of your documents is being read; attach this one when it is done.",
-    "document_reads": "Many documents are being read right now; try again shortly.",
-}
-
-
-def busy(reason: str, retry_after: float) -> Refusal:
-    """A bound's refusal (admission control, frontend.rates): `reason` says which bound was reached."""
-    return Refusal(
-        "busy",
-        BUSY_DETAILS.get(reason, "Too many answers at once; try again shortly."),
-        reason=reason,
-        retry_after=round(retry_after, 1),
-    )
-
-
 # Building frames.
 
 
 def error(code: str, detail: str, **extra) -> dict:
     return {"type": "chat.error", "code": code, "detail": detail, **extra}
+
+
+def refused(refusal: Refusal) -> dict:
+    """The `chat.error` frame that tells the client of a refusal."""
+    return error(refusal.code, refusal.detail, **refusal.extra)
 
 
 def started(*, conversation_id: int, message_id: int, user_message_id: int) -> dict:
@@ -172,19 +110,6 @@ def closing(message: "Message") -> dict:
 
 
 # Checking what clients send.
-
-
-def parse_json(text: str | bytes) -> object:
-    """What a client sent as JSON, or Refusal `invalid_json`: malformed, not UTF-8, or nested
-    deeper than the parser can go (a body of `[[[[…` is a clear error, not a RecursionError)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Refusal("invalid_json", f"invalid JSON: {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise Refusal("invalid_json", "invalid JSON: not UTF-8") from None
-    except RecursionError:
-        raise Refusal("invalid_json", "invalid JSON: nested too deeply") from None
 
 
 def decode(text: str) -> dict:

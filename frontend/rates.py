@@ -8,7 +8,7 @@
 - changes to conversations per user (CHAT_CONVERSATION_CHANGES_PER_MINUTE): create, rename,
   delete, settings, counted in Redis across processes.
 
-Past a bound the caller gets `busy` (protocol.busy) with its reason and a time to retry.
+Past a bound the caller gets `busy` (httpkit.errors.busy) with its reason and a time to retry.
 Windows are the `limits` package's moving windows.
 """
 
@@ -24,7 +24,7 @@ from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 
 import redisconn
-from frontend import protocol
+from httpkit import errors
 from redisconn import keys
 
 _SOCKET_ACQUIRE = """
@@ -52,7 +52,7 @@ async def frame_check(socket: str) -> None:
     limiter = _frame_limiter()
     if not await limiter.hit(item, "frames", socket):
         stats = await limiter.get_window_stats(item, "frames", socket)
-        raise protocol.busy("socket_rate", _retry_after(stats.reset_time))
+        raise errors.busy("socket_rate", _retry_after(stats.reset_time))
 
 
 async def frame_forget(socket: str) -> None:
@@ -75,7 +75,7 @@ async def socket_open(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
         SOCKET_LEASE_SECONDS + 1,
     )
     if refused:
-        raise protocol.busy("user_sockets", settings.CHAT_BUSY_RETRY_AFTER)
+        raise errors.busy("user_sockets", settings.CHAT_BUSY_RETRY_AFTER)
 
 
 async def socket_refresh(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
@@ -97,4 +97,4 @@ def change_check(*, user_id: int) -> None:
     limiter = _change_limiter()
     if not limiter.hit(item, keys.CHAT_CHANGES_LIMIT, str(user_id)):
         stats = limiter.get_window_stats(item, keys.CHAT_CHANGES_LIMIT, str(user_id))
-        raise protocol.busy("user_changes", _retry_after(stats.reset_time))
+        raise errors.busy("user_changes", _retry_after(stats.reset_time))

@@ -1,7 +1,7 @@
 """Changes to the conversation store. Consumers and views call these; nothing else
-writes messages. What they refuse, they refuse with a protocol.Refusal.
+writes messages. What they refuse, they refuse with a Refusal (httpkit.errors).
 
-Why one module of about 300 lines: every write to the store is here, so the rules that keep
+Why one module of about 520 lines: every write to the store is here, so the rules that keep
 a conversation tree consistent (ownership, parents, the shown leaf, settings bounds) are
 checked in one place; each function is short and independent."""
 
@@ -22,18 +22,13 @@ from django.utils import timezone
 import redisconn
 from frontend import protocol, selectors
 from frontend.models import Conversation, Message, SharedLink
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal, not_found
 from inference.access import models_for
 from inference.engine import default_model
 from redisconn import keys
 
 TITLE_LENGTH = 60
 TEMPERATURE_BOUNDS = (0.0, 2.0)
-
-
-def _missing(what: str) -> Refusal:
-    # Another user's ids read the same as missing ones.
-    return Refusal("not_found", f"no such {what}")
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ def _title_from(content: str) -> str:
 def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Message:
     message = selectors.message_get(user=user, message_id=message_id)
     if message is None:
-        raise _missing("message")
+        raise not_found("message")
     if message.role != role:
         raise Refusal("invalid_field", f"message {message_id} is not a {role} message")
     return message
@@ -197,19 +192,19 @@ def chat_turn_start(
     # On the path of every answer's first token: as few queries as it takes.
     if conversation_id is None:
         if parent_id is not None:
-            raise _missing("message")  # a new conversation has no messages to follow
+            raise not_found("message")  # a new conversation has no messages to follow
         conversation = Conversation.objects.create(
             owner=user, system_prompt=settings.CHAT_SYSTEM_PROMPT, title=_title_from(content)
         )
         return _ask(conversation, None, content, earlier=[], new=True)
     conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
     if conversation is None:
-        raise _missing("conversation")
+        raise not_found("conversation")
     messages = {m.pk: m for m in conversation.messages.all()}
     parent_key = conversation.current_leaf_id if parent_id is None else parent_id
     parent = messages.get(parent_key) if parent_key is not None else None
     if parent_id is not None and parent is None:
-        raise _missing("message")
+        raise not_found("message")
     _refuse_if_busy(conversation, messages.values())
     earlier = [] if parent is None else selectors.message_path(message=parent, messages=messages)
     return _ask(conversation, parent, content, earlier)
@@ -361,7 +356,7 @@ def api_exchange_store(
 def _owned_conversation(user: AbstractBaseUser, conversation_id: int) -> Conversation:
     conversation = selectors.conversation_get(user=user, conversation_id=conversation_id)
     if conversation is None:
-        raise _missing("conversation")
+        raise not_found("conversation")
     return conversation
 
 
@@ -484,7 +479,7 @@ def conversation_document_remove(*, user: AbstractBaseUser, conversation_id: int
     """Take a document out of the conversation: the next turn's prompt no longer holds it."""
     conversation = _owned_conversation(user, conversation_id)
     if not conversation.documents.filter(pk=document_id).delete()[0]:
-        raise _missing("document")
+        raise not_found("document")
 
 
 def conversation_delete(*, user: AbstractBaseUser, conversation_id: int) -> None:
@@ -496,7 +491,7 @@ def conversation_show(*, user: AbstractBaseUser, conversation_id: int, message_i
     conversation = _owned_conversation(user, conversation_id)
     message = conversation.messages.filter(pk=message_id).first()
     if message is None:
-        raise _missing("message")
+        raise not_found("message")
     leaf = selectors.latest_leaf(message=message)
     Conversation.objects.filter(pk=conversation.pk).update(current_leaf=leaf)
     return leaf

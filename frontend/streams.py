@@ -19,6 +19,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 import redisconn
 from answers import ownership
 from answers.ownership import Claim
+from eventloops import PerLoop
 from frontend.protocol import TERMINAL
 from redisconn import keys
 
@@ -65,7 +66,7 @@ async def publish(r: aioredis.Redis, owner: Claim, position: int, frame: dict) -
     that position (written before Redis went away and came back) is left as it is; ownership.Gap
     when frames before it are missing (Redis lost them): write from the position it names."""
     ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
-    await _writer(r).write(r, owner, position, frame, ttl)
+    await _writer().write(r, owner, position, frame, ttl)
 
 
 class _FrameWriter:
@@ -126,8 +127,8 @@ async def _write_all(r: aioredis.Redis, batch: list) -> list:
     return replies
 
 
-# A loop's client and writer go together.
-_writer = redisconn.PerClient(_FrameWriter)
+# The writer of the running loop's answers: their frames share its round trips.
+_writer = PerLoop(_FrameWriter)
 
 
 def _xadd(client, key: str, entry_id: str, frame: dict):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from frontend import api, health, http_stream, views
+from frontend import api, http_stream, views
 
 urlpatterns = [
     path("", views.chat, name="chat"),
@@ -26,7 +26,4 @@ urlpatterns = [
     path("chat/stop", http_stream.chat_stop, name="chat-stop"),
     path("api/conversations/", api.conversation_list, name="api-conversations"),
     path("api/conversations/<int:conversation_id>/", api.conversation_detail, name="api-conversation"),
-    path("healthz", health.healthz, name="healthz"),
-    path("healthz/live", health.live, name="healthz-live"),
-    path("healthz/ready", health.ready, name="healthz-ready"),
 ]

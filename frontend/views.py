@@ -13,11 +13,12 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from frontend import documents, protocol, rates, selectors, services
-from frontend.http_json import ApiError, check_csrf, json_errors, not_found, read_json, unauthenticated
 from frontend.services import TEMPERATURE_BOUNDS
+from httpkit.errors import Refusal, not_found
+from httpkit.json import check_csrf, json_view, read_json
 from inference.access import models_for
 from inference.engine import engine_client
 
@@ -67,11 +68,8 @@ def _browser_action(view):
     """POST only, logged-in session with the CSRF token, JSON in and out."""
 
     @csrf_exempt
-    @require_POST
-    @json_errors
+    @json_view("POST", login=True)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not request.user.is_authenticated:
-            raise unauthenticated()
         check_csrf(request, by_token=False)  # the session's user, whatever else is sent
         return view(request, read_json(request, max_bytes=ACTION_BODY_BYTES), *args, **kwargs)
 
@@ -147,12 +145,9 @@ def conversation_share(request: HttpRequest, data: dict, conversation_id: int) -
     return JsonResponse(_shared_link(request, link), status=201)
 
 
-@require_GET
-@json_errors
+@json_view("GET", login=True)
 def conversation_shares(request: HttpRequest, conversation_id: int) -> JsonResponse:
     """The conversation's links that still work, newest first, so the share dialog says if it is shared."""
-    if not request.user.is_authenticated:
-        raise unauthenticated()
     links = selectors.shared_links_live(user=request.user, conversation_id=conversation_id)
     if links is None:
         raise not_found("conversation")
@@ -203,19 +198,15 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
 
 
 @csrf_exempt
-@json_errors
+@json_view("POST", login=True)
 async def document_attach(request: HttpRequest, conversation_id: int) -> JsonResponse:
     """Attach a file (multipart `file`) to the conversation, if it fits the context window."""
-    if request.method != "POST":
-        raise ApiError(405, "method_not_allowed", "use POST")
     user = await request.auser()
-    if not user.is_authenticated:
-        raise unauthenticated()
     check_csrf(request, by_token=False)
     await sync_to_async(rates.change_check)(user_id=user.pk)
     upload = request.FILES.get("file")
     if upload is None:
-        raise ApiError(400, "invalid_field", "send the document as the multipart field 'file'")
+        raise Refusal("invalid_field", "send the document as the multipart field 'file'")
     document = await documents.document_attach(
         user=user, conversation_id=conversation_id, upload=upload, engine=engine_client()
     )

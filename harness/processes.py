@@ -1,7 +1,7 @@
-"""The web process started as a child, the way the Procfile starts it.
+"""The product's processes started as children, the way the Procfile and `make run` start them.
 
 The test suite and the benchmarks serve the product through this, so both measure
-and exercise the daphne that `make run` runs.
+and exercise the daphne and the Redis that `make run` runs.
 """
 
 import os
@@ -9,12 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import redis
+
+from harness.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 # As in the Procfile's web process (WEB_WS_MAX_MESSAGE_BYTES, WEB_WS_CONNECT_TIMEOUT).
@@ -26,15 +28,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
 
 
 @contextmanager
@@ -79,6 +72,41 @@ def daphne_running(
                     process.kill()
                     process.wait(15)
                     raise
+
+
+def redis_answers(url: str) -> bool:
+    """Whether a Redis at `url` answers a ping."""
+    try:
+        with redis.Redis.from_url(url, socket_timeout=2) as client:
+            return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
+
+
+@contextmanager
+def redis_serving(url: str, *, bundled: bool) -> Iterator[None]:
+    """The Redis at `url`, once it answers. With `bundled`, it is first started the way `make run`
+    starts it (`manage.py runredis`, on `url`'s port) and stopped on the way out."""
+    process = None
+    if bundled:
+        env = {**os.environ, "REDIS_URL": url}
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runredis"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL
+        )
+
+    def exited() -> bool:
+        return process is not None and process.poll() is not None
+
+    try:
+        wait_for(lambda: redis_answers(url) or exited(), 30, f"Redis at {url}")
+        # The bundled server, not whatever else answers at that address (where it could not bind).
+        if exited():
+            raise RuntimeError(f"The bundled Redis exited ({process.returncode}): another server has {url}?")
+        yield
+    finally:
+        if process is not None and process.poll() is None:
+            process.terminate()
+            process.wait(10)
 
 
 def stop_group(process: subprocess.Popen, how: signal.Signals, seconds: float) -> None:

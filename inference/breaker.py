@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from inference.client import ChatRequest, Completion, EngineClient, EngineError, EngineLoad, TextDelta
+from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
 
 T = TypeVar("T")
 
@@ -133,14 +133,6 @@ class GuardedEngineClient:
 
     async def detokenize(self, token_ids: Sequence[int]) -> str:
         return await self._call(self.inner.detokenize, token_ids)
-
-    # Probes: they report on the engine, the breaker does not count them.
-
-    async def is_healthy(self) -> bool:
-        return await self.inner.is_healthy()
-
-    async def load(self) -> EngineLoad:
-        return await self.inner.load()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -1,9 +1,11 @@
 """The one way the web tier and the workers reach the engine.
 
-`EngineClient` is the interface: a streaming chat call that yields text deltas and
-ends with a `Completion`, plus prompt token counting and a health probe. Stopping
+`EngineClient` is the interface of everything that answers: a streaming chat call that
+yields text deltas and ends with a `Completion`, and the model's token counts. Stopping
 a generation is closing its iterator (or cancelling the task that drives it):
 that closes the HTTP stream, and vLLM aborts the request when its client goes away.
+`EngineProbe` is the interface of those that watch the engine instead (its health, its
+replicas, their metrics and load): inference.topology reads them.
 
 `OpenAIEngineClient` talks to vLLM's OpenAI-compatible server over httpx. Unit tests may
 substitute another implementation to inject faults.
@@ -14,9 +16,11 @@ per relayed token, bench.bench_relay), and httpx parses HTTP in Python, chunk by
 (a tenth), where aiohttp's parser is compiled. The reader parses each server-sent event with
 orjson, and the deltas of everything aiohttp has buffered when it is read become one
 `TextDelta`: an engine ahead of its reader costs one frame downstream per read, not per token.
+
+Why one module of about 380 lines: the interfaces and their one implementation are read together,
+what a request and its events carry beside how they go on the wire and how its failures are named.
 """
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,9 +28,8 @@ from typing import Protocol
 import aiohttp
 import httpx
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
-from inference.router import router_workers
+from eventloops import PerLoop
 
 
 @dataclass(frozen=True)
@@ -89,17 +92,25 @@ class EngineError(Exception):
         return f"{self.code}: {self.detail}"
 
 
+@dataclass(frozen=True)
+class ReplicaMetrics:
+    url: str
+    # As the router last saw it; None without a router.
+    healthy: bool | None
+    # The engine's Prometheus text, or None and the reason it could not be read.
+    text: str | None
+    error: str | None
+
+
 class EngineClient(Protocol):
+    """What answering needs of the engine: the chat stream, and the model's tokens to count."""
+
     def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
         """Yield text deltas as the engine makes them, then exactly one Completion."""
         ...
 
     async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         """Tokens the chat template makes of `messages`, generation prompt included."""
-        ...
-
-    async def is_healthy(self) -> bool:
-        """True when the engine answers its health probe."""
         ...
 
     async def tokenize(self, text: str) -> list[int]:
@@ -110,23 +121,27 @@ class EngineClient(Protocol):
         """The text of `token_ids`."""
         ...
 
+
+class EngineProbe(Protocol):
+    """The engines behind one address, for /healthz, the dashboard and the bulk shaper. Nothing
+    here goes through a circuit breaker: a probe reports on the engine, it does not use it."""
+
+    def health(self) -> str:
+        """ "ok", or "error: ..." saying why the engine does not answer its health probe (blocks)."""
+        ...
+
+    def replicas(self) -> list[tuple[str, bool | None]]:
+        """Each engine with the router's view of its health: the router's workers, or the address
+        itself (None: no router to ask) where it is one engine or nothing answers (blocks)."""
+        ...
+
+    def metrics(self) -> list[ReplicaMetrics]:
+        """Each engine's metrics, read from the engine itself (blocks)."""
+        ...
+
     async def load(self) -> EngineLoad:
-        """What the engine is doing now, from its metrics."""
+        """What every serving engine runs and holds now, summed; engine_unavailable when none serves."""
         ...
-
-    async def aclose(self) -> None:
-        """Close the connection pools; a client lives on one event loop."""
-        ...
-
-
-def metric_sums(text: str, names: Sequence[str]) -> dict[str, float]:
-    """Each named sample of an engine's /metrics text, summed over its labels."""
-    sums = dict.fromkeys(names, 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in sums:
-                sums[sample.name] += sample.value
-    return sums
 
 
 def _engine_error(exc: Exception) -> EngineError:
@@ -244,30 +259,24 @@ class OpenAIEngineClient:
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS),
             headers=self._headers,
         )
-        # Learnt at the first load(): an engine, not a router in front of several.
-        self._plain_engine = False
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=token_timeout
         )
         # One session per event loop (its connections belong to that loop).
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._sessions = PerLoop(self._new_session)
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        # As many streams as admission lets through: it, not the pool, bounds them.
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS)
+        return aiohttp.ClientSession(
+            connector=connector, timeout=self._stream_timeout, auto_decompress=False, headers=self._headers
+        )
 
     def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            # The sessions of loops that have ended (a test's, a job run's) end with them.
-            for ended in [other for other in self._sessions if other.is_closed()]:
-                del self._sessions[ended]
-            # As many streams as admission lets through: it, not the pool, bounds them.
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS)
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self._stream_timeout,
-                auto_decompress=False,
-                headers=self._headers,
-            )
-            self._sessions[loop] = session
+        session = self._sessions()
+        if session.closed:
+            self._sessions.pop()
+            session = self._sessions()
         return session
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
@@ -333,13 +342,6 @@ class OpenAIEngineClient:
             raise _engine_error(exc) from exc
         return int(response.json()["count"])
 
-    async def is_healthy(self) -> bool:
-        try:
-            response = await self._http.get("/health")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
     async def tokenize(self, text: str) -> list[int]:
         body = await self._post(
             "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
@@ -350,42 +352,9 @@ class OpenAIEngineClient:
         body = await self._post("/detokenize", {"model": self.model, "tokens": list(token_ids)})
         return body["prompt"]
 
-    async def load(self) -> EngineLoad:
-        """What every engine behind this address runs and holds: the router's healthy replicas
-        (its own /metrics answers for one of them only), or the engine itself."""
-        names = ["vllm:num_requests_running", "vllm:num_requests_waiting"]
-        running = waiting = 0
-        try:
-            for url in await self._engines():
-                response = await self._http.get(url + "/metrics")
-                response.raise_for_status()
-                gauges = metric_sums(response.text, names)
-                running += int(gauges[names[0]])
-                waiting += int(gauges[names[1]])
-        except httpx.HTTPError as exc:
-            raise _engine_error(exc) from exc
-        return EngineLoad(running=running, waiting=waiting)
-
-    async def _engines(self) -> list[str]:
-        """The engines to read: the router's healthy workers, or this address (an engine has no /workers)."""
-        if self._plain_engine:
-            return [self._base_url]
-        response = await self._http.get("/workers")
-        if response.status_code != 200:
-            self._plain_engine = response.status_code == 404
-            return [self._base_url]
-        try:
-            healthy = [url for url, up in router_workers(response.json()) if up]
-        except ValueError:
-            return [self._base_url]
-        if not healthy:
-            # Not an idle engine: none at all, and bulk work must wait as it does for a dead one.
-            raise EngineError("No engine behind the router is healthy.", code="engine_unavailable")
-        return healthy
-
     async def aclose(self) -> None:
         """Close the connection pools of the running event loop."""
-        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        session = self._sessions.pop()
         if session is not None:
             await session.close()
         await self._http.aclose()

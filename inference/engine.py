@@ -4,26 +4,27 @@
   sends each request to the engine that serves the request's model (`served_models()`).
 - `new_engine_client()`: a client of its own, behind a breaker of its own, for work on an
   event loop of its own (a bulk job's run); the caller closes it.
-- `engine_health()` and `engine_metrics()`: the synchronous probes behind /healthz and
-  the staff dashboard; the metrics come from each engine behind INFERENCE_URL (the router's
-  replicas, or the one engine), since the router's own /metrics answers for one of them only.
-
-This is the one place that learns about several engines and the router in front of them.
+- `engine_probe()`: what the engines behind INFERENCE_URL (the router's replicas, or the one
+  engine) are doing, read by inference.topology: the bulk shaper's load, and through
+  `engine_health()`, `engine_replicas()` and `engine_metrics()`, /healthz and the staff dashboard.
 """
 
 import functools
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
 
-import httpx
 from django.conf import settings
 
 from inference import metrics
 from inference.breaker import CircuitBreaker, GuardedEngineClient
-from inference.client import ChatRequest, OpenAIEngineClient
-from inference.router import router_workers
-
-# Probes answer at once or report the engine unreachable: a health check must not hang.
-PROBE_TIMEOUT = 2.0
+from inference.client import (
+    ChatRequest,
+    Completion,
+    EngineProbe,
+    OpenAIEngineClient,
+    ReplicaMetrics,
+    TextDelta,
+)
+from inference.topology import EngineTopology
 
 
 def served_models() -> dict[str, str]:
@@ -41,34 +42,24 @@ def default_model() -> str:
 
 class ModelEngines:
     """The engine client for several models: each request goes to its model's engine, behind that
-    engine's own circuit breaker; what names no model (token counts, probes) goes to the default's."""
+    engine's own circuit breaker; what names no model (token counts) goes to the default's."""
 
     def __init__(self, clients: dict[str, GuardedEngineClient]) -> None:
         self.clients = clients
         self.default = next(iter(clients.values()))
         self.breaker = self.default.breaker
 
-    def stream_chat(self, request: ChatRequest):
+    def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
         return self.clients.get(request.model or "", self.default).stream_chat(request)
 
-    async def count_prompt_tokens(self, messages):
+    async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:
         return await self.default.count_prompt_tokens(messages)
 
-    async def tokenize(self, text: str):
+    async def tokenize(self, text: str) -> list[int]:
         return await self.default.tokenize(text)
 
-    async def detokenize(self, token_ids):
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
         return await self.default.detokenize(token_ids)
-
-    async def is_healthy(self) -> bool:
-        return await self.default.is_healthy()
-
-    async def load(self):
-        return await self.default.load()
-
-    async def aclose(self) -> None:
-        for client in self.clients.values():
-            await client.aclose()
 
 
 def new_engine_client(
@@ -105,50 +96,18 @@ def engine_client() -> ModelEngines:
     )
 
 
-def _probe(path: str, base: str | None = None) -> httpx.Response:
-    """GET `path` of the engine (or router) at `base`, INFERENCE_URL by default."""
-    response = httpx.get((base or settings.INFERENCE_URL).rstrip("/") + path, timeout=PROBE_TIMEOUT)
-    response.raise_for_status()
-    return response
+def engine_probe() -> EngineProbe:
+    """The engines behind INFERENCE_URL, as settings say now."""
+    return EngineTopology(settings.INFERENCE_URL, api_key=settings.INFERENCE_API_KEY)
 
 
 def engine_health() -> str:
-    """ "ok", or "error: ..." saying why the engine does not answer its health probe."""
-    try:
-        _probe("/health")
-    except httpx.HTTPStatusError as exc:
-        return f"error: status {exc.response.status_code}"
-    except httpx.HTTPError as exc:
-        return f"error: {exc.__class__.__name__}"
-    return "ok"
+    return engine_probe().health()
 
 
 def engine_replicas() -> list[tuple[str, bool | None]]:
-    """The engines behind INFERENCE_URL, each with the router's view of its health: the router's
-    workers, or INFERENCE_URL itself (None: no router to ask) where it is an engine, which has no
-    /workers, or where nothing answers."""
-    try:
-        return router_workers(_probe("/workers").json())
-    except (httpx.HTTPError, ValueError):
-        return [(settings.INFERENCE_URL, None)]
-
-
-@dataclass(frozen=True)
-class ReplicaMetrics:
-    url: str
-    # As the router last saw it; None without a router.
-    healthy: bool | None
-    # The engine's Prometheus text, or None and the reason it could not be read.
-    text: str | None
-    error: str | None
+    return engine_probe().replicas()
 
 
 def engine_metrics() -> list[ReplicaMetrics]:
-    """Each engine's metrics, read from the engine itself."""
-    replicas = []
-    for url, healthy in engine_replicas():
-        try:
-            replicas.append(ReplicaMetrics(url, healthy, _probe("/metrics", url).text, None))
-        except httpx.HTTPError as exc:
-            replicas.append(ReplicaMetrics(url, healthy, None, f"{exc.__class__.__name__}: {exc}"))
-    return replicas
+    return engine_probe().metrics()

@@ -1,35 +1,20 @@
-"""What the engine is doing, as its supervisor (`runinference`) tells it: starting (and which
-step: loading the weights, sizing the KV cache...), serving, or restarting. Kept in Redis under
-the engine's address, so every web process can say "starting" instead of an error while the
-engine loads. A state the supervisor stopped refreshing (it died) expires. With several replicas
-behind the router, each replica's supervisor tells its own; the web tier reads them all."""
+"""What the engine is doing, as its supervisor (`runinference`) tells it (enginehost.state):
+starting (and which step: loading the weights, sizing the KV cache...), serving, or restarting.
+Read from Redis under the engine's address, so every web process can say "starting" instead of
+an error while the engine loads. With several replicas behind the router, each replica's
+supervisor tells its own; the web tier reads them all."""
 
 import json
-import logging
-import time
 
 import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
-from inference.router import replica_urls
+from inference.topology import replica_urls
 from redisconn import keys
 
-log = logging.getLogger(__name__)
 WAITING = ("starting", "restarting")
-
-
-def publish(state: str, detail: str, url: str | None = None) -> None:
-    """Record the state of the engine at `url` (INFERENCE_URL's by default); a Redis failure is
-    logged, never fatal to the engine."""
-    value = json.dumps({"state": state, "detail": detail, "since": time.time()})
-    # A start cannot take longer than its timeout; past it, the state is stale.
-    expiry = int(settings.INFERENCE_STARTUP_TIMEOUT) + 60
-    try:
-        redisconn.sync_client().set(keys.engine_state(url or settings.INFERENCE_URL), value, ex=expiry)
-    except RedisError as exc:
-        log.warning("could not record the engine's state (%s): %s", state, exc)
 
 
 def _state_keys() -> list[str]:

@@ -22,8 +22,10 @@ from django.conf import settings
 from django.core.files import File
 
 from documents import FORMATS
+from documents.reader import file_limit
 from documents.text import DocumentError, clean, decode_text
-from frontend.protocol import Refusal, parse_json
+from httpkit.errors import Refusal
+from httpkit.json import parse_json
 
 SUFFIXES = set(FORMATS) | {".zip", ".jsonl", ".csv"}
 ID_COLUMNS = ("id", "custom_id")
@@ -55,7 +57,7 @@ class Limits:
     def from_settings(cls) -> "Limits":
         return cls(
             upload_bytes=settings.BULK_MAX_UPLOAD_BYTES,
-            file_bytes=settings.BULK_MAX_FILE_BYTES,
+            file_bytes=file_limit(),
             documents=settings.BULK_MAX_DOCUMENTS,
             uncompressed_bytes=settings.BULK_MAX_UNCOMPRESSED_BYTES,
         )

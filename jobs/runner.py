@@ -28,8 +28,8 @@ from django.utils import timezone
 import redisconn
 from documents.reader import document_text
 from documents.text import DocumentError
-from inference.client import EngineClient, EngineError
-from inference.engine import new_engine_client
+from inference.client import EngineClient, EngineError, EngineProbe
+from inference.engine import engine_probe, new_engine_client
 from jobs import claims, selectors
 from jobs.models import Job
 from jobs.shaping import LoadProbe, Shaper
@@ -269,30 +269,32 @@ async def run_job(
     worker: str,
     seconds: float,
     engine: EngineClient | None = None,
+    probe: EngineProbe | None = None,
     shaper: Shaper | None = None,
 ) -> str:
-    """Run a job here for up to `seconds`; finish it when nothing is left. Returns the outcome."""
+    """Run a job here for up to `seconds`; finish it when nothing is left. Returns the outcome.
+    `engine` answers and `probe` tells the engine's load: the real engine's unless given."""
     job = await database_sync_to_async(Job.objects.filter(pk=job_id).first)()
     if job is None:
         return "gone"
     if job.status not in Job.ACTIVE:
         return job.status
     await database_sync_to_async(claims.job_mark_running)(job_id=job_id)
-    own_engine = engine is None
-    engine = engine or new_engine_client()
+    own_engine = new_engine_client() if engine is None else None
+    engine = engine or own_engine
     r = redisconn.new_client()
     lock = RunnerLock(r, job_id)
     if not await lock.acquire(wait=RunnerLock.TTL + 1):
         await r.aclose()
-        if own_engine:
-            await engine.aclose()
+        if own_engine is not None:
+            await own_engine.aclose()
         return "elsewhere"
-    probe = LoadProbe(r, engine)
+    load = LoadProbe(r, probe or engine_probe())
     runner = JobRunner(
         job=job,
         worker=worker,
         engine=engine,
-        probe=probe,
+        probe=load,
         lock=lock,
         shaper=shaper or new_shaper(),
         deadline=asyncio.get_running_loop().time() + seconds,
@@ -302,11 +304,11 @@ async def run_job(
     try:
         outcome = await runner.run()
     finally:
-        await probe.close()
+        await load.close()
         await lock.release()
         await r.aclose()
-        if own_engine:
-            await engine.aclose()
+        if own_engine is not None:
+            await own_engine.aclose()
     if outcome == "finished":
         final = await database_sync_to_async(claims.job_finish)(job_id=job_id)
         log.info("job %s finished: %s (peak %s in flight)", job_id, final, runner.peak_inflight)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from inference.client import EngineClient, EngineError, EngineLoad
+from inference.client import EngineError, EngineLoad, EngineProbe
 from redisconn import keys
 
 # A runner's in-flight count outlives it by this long at most (it refreshes every tick).
@@ -103,7 +103,7 @@ class LoadProbe:
     METRICS_EVERY = 1.0
 
     def __init__(
-        self, r: aioredis.Redis, engine: EngineClient, clock: Callable[[], float] = time.monotonic
+        self, r: aioredis.Redis, engine: EngineProbe, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._redis = r
         self._engine = engine

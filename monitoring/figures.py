@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from inference.engine import ReplicaMetrics, engine_metrics
+from inference.client import ReplicaMetrics
+from inference.engine import engine_metrics
 from monitoring import metrics
 from monitoring.host import host_figures
 

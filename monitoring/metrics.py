@@ -1,5 +1,7 @@
-"""/metrics' exposition: the metrics the apps own (frontend.metrics, inference.metrics) and
-bulk job progress, read from the database at scrape time (monitoring.jobs).
+"""/metrics' exposition: the metrics the apps own and bulk job progress, read from the database
+at scrape time (monitoring.jobs). Each app registers its own metrics when it starts (its
+AppConfig.ready loads its metrics module: answers.metrics, frontend.metrics, inference.metrics),
+so a process that has not used them yet still exposes them; monitoring only reads the registry.
 
 Several web processes share one view when PROMETHEUS_MULTIPROC_DIR is set before
 they start: prometheus_client then writes every value to memory-mapped files in
@@ -16,9 +18,6 @@ import os
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
-# Imported for their metrics: a process that has not used them yet still exposes them.
-from frontend import metrics as chat_metrics  # noqa: F401
-from inference import metrics as engine_metrics  # noqa: F401
 from monitoring.jobs import BulkJobsCollector
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from frontend.protocol import ERRORS
+from httpkit.errors import ERRORS, Refusal
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # Fields that ask for what the product does not do: refused unless set to their "off" value.
@@ -49,53 +49,24 @@ KNOWN = {
     *UNSUPPORTED,
     *IGNORED,
 }
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    409: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "server_error",
-    503: "service_unavailable_error",
-}
 
 
-class OpenAIError(Exception):
-    """A request refused in OpenAI's error shape: status, message, and the offending `param`."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        code: str | None = None,
-        param: str | None = None,
-        retry_after: float | None = None,
-    ):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_code(cls, code: str, detail: str, *, retry_after: float | None = None) -> "OpenAIError":
-        """One of the chat's error codes (frontend.protocol.ERRORS), with its status."""
-        return cls(ERRORS[code], detail, code=code, retry_after=retry_after)
-
-    def body(self) -> dict:
-        status_type = ERROR_TYPES.get(self.status, "invalid_request_error")
-        return {
-            "error": {"message": self.message, "type": status_type, "param": self.param, "code": self.code}
+def error_body(refusal: Refusal) -> dict:
+    """A refusal in OpenAI's shape: the type, and OpenAI's own code where it has one, of the
+    refusal's row in the one table of codes (httpkit.errors.ERRORS); `param` names the field."""
+    row = ERRORS[refusal.code]
+    return {
+        "error": {
+            "message": refusal.detail,
+            "type": row.openai_type,
+            "param": refusal.extra.get("param"),
+            "code": row.openai_code or refusal.code,
         }
+    }
 
 
-def invalid(param: str, message: str) -> OpenAIError:
-    return OpenAIError(400, message, code="invalid_field", param=param)
+def invalid(param: str, message: str) -> Refusal:
+    return Refusal("invalid_field", message, param=param)
 
 
 @dataclass(frozen=True)
@@ -230,21 +201,16 @@ def _refuse_unsupported(data: dict) -> None:
             or (name == "tool_choice" and value == "auto" and not data.get("tools"))
         ):
             continue
-        raise OpenAIError(
-            400, f"'{name}' is not supported by this server", code="unsupported_parameter", param=name
-        )
+        raise Refusal("unsupported_field", f"'{name}' is not supported by this server", param=name)
     n = data.get("n")
     if n is not None and n != 1:
-        raise OpenAIError(
-            400,
-            "only one choice per request is supported ('n' must be 1)",
-            code="unsupported_parameter",
-            param="n",
+        raise Refusal(
+            "unsupported_field", "only one choice per request is supported ('n' must be 1)", param="n"
         )
 
 
 def chat_completion_request(data: dict) -> ChatCompletionRequest:
-    """Check a `POST /v1/chat/completions` body; OpenAIError (400) names the first bad field."""
+    """Check a `POST /v1/chat/completions` body; the Refusal names the first bad field (`param`)."""
     _refuse_unsupported(data)
     model = data.get("model")
     if not isinstance(model, str) or not model:

@@ -2,7 +2,7 @@
 
 The chat's answers go through a Redis stream because a browser may leave and resume; an API
 client cannot resume, so its tokens go straight to the response, through `events`: TextDelta,
-then one Completion, or the OpenAIError the answer failed with. What the run shares with the chat
+then one Completion, or the Refusal the answer failed with. What the run shares with the chat
 is everything that guards the engine and counts: admission control (the same slots and per-user
 rate), the user's cache salt, the chat's priority, its deadlines, the circuit breaker of the engine
 client, the metrics, the usage record with the prompt of a stopped request, the heartbeat.
@@ -32,6 +32,7 @@ import redisconn
 from answers import admission, ownership, watcher
 from answers.run import COMPLETE, AnswerRun, Outcome, cache_salt_for
 from frontend import services
+from httpkit.errors import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, TextDelta
 from openai_api import protocol
 from usage.models import UsageDay
@@ -50,7 +51,7 @@ def affinity(user_id: int, messages: list[dict[str, str]]) -> str:
 
 
 class ApiAnswer(AnswerRun):
-    """One answer, and the queue of what it sent: TextDelta, then one Completion, or the OpenAIError
+    """One answer, and the queue of what it sent: TextDelta, then one Completion, or the Refusal
     the answer failed with."""
 
     usage_source = UsageDay.Source.API
@@ -71,7 +72,7 @@ class ApiAnswer(AnswerRun):
         self.created = int(time.time())
         self.chat = chat
         self._user = user
-        self.events: asyncio.Queue[TextDelta | Completion | protocol.OpenAIError] = asyncio.Queue()
+        self.events: asyncio.Queue[TextDelta | Completion | Refusal] = asyncio.Queue()
 
     def log_context(self) -> dict:
         return {"request_id": self.id}
@@ -119,10 +120,7 @@ class ApiAnswer(AnswerRun):
             )
         elif outcome.error_code:
             retry_after = outcome.extra.get("retry_after")
-            error = protocol.OpenAIError.from_code(
-                outcome.error_code, outcome.detail, retry_after=retry_after
-            )
-            self.events.put_nowait(error)
+            self.events.put_nowait(Refusal(outcome.error_code, outcome.detail, retry_after=retry_after))
 
     def _record(self, outcome: Outcome) -> None:
         """Count the answer's tokens, always, and store the exchange when the client asked to."""

@@ -14,39 +14,27 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import TokenRefused, bearer_token, token_user
 from apitokens.models import Scope
-from frontend.http_json import ApiError, read_json
-from frontend.http_stream import EventStreamResponse, sse_event
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal, unauthenticated
+from httpkit.json import read_json, retry_after_header
+from httpkit.sse import event_stream, sse_event
 from inference.access import models_for
 from inference.client import Completion, TextDelta
 from inference.engine import engine_client
 from openai_api import protocol, serving
-from openai_api.protocol import OpenAIError
-
-
-def _error_response(error: OpenAIError) -> JsonResponse:
-    response = JsonResponse(error.body(), status=error.status)
-    if error.retry_after:
-        response["Retry-After"] = str(max(1, round(error.retry_after)))
-    return response
 
 
 def openai_errors(view: Callable) -> Callable:
-    """Answer what a view refuses (OpenAIError, the chat's ApiError and Refusal) in OpenAI's shape."""
+    """Answer what a view refuses in OpenAI's shape, with the status of its code."""
 
     @wraps(view)
     async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         try:
             return await view(request, *args, **kwargs)
-        except OpenAIError as error:
-            return _error_response(error)
-        except ApiError as error:
-            return _error_response(OpenAIError(error.status, error.detail, code=error.code))
         except Refusal as refusal:
-            retry_after = refusal.extra.get("retry_after")
-            return _error_response(
-                OpenAIError.from_code(refusal.code, refusal.detail, retry_after=retry_after)
-            )
+            response = JsonResponse(protocol.error_body(refusal), status=refusal.status)
+            if refusal.retry_after:
+                response["Retry-After"] = retry_after_header(refusal.retry_after)
+            return response
 
     return csrf_exempt(wrapper)
 
@@ -54,25 +42,24 @@ def openai_errors(view: Callable) -> Callable:
 async def _api_user(request: HttpRequest) -> AbstractBaseUser:
     raw = bearer_token(request)
     if not raw:
-        raise OpenAIError(401, "Send your API key as 'Authorization: Bearer KEY'.", code="missing_api_key")
+        raise unauthenticated("Send your API key as 'Authorization: Bearer KEY'.")
     try:
         return await sync_to_async(token_user)(raw, Scope.OPENAI)
     except TokenRefused as refused:
         if refused.reason == "missing_scope":
-            raise OpenAIError(403, "This API key lacks the 'openai' scope.", code="missing_scope") from None
-        raise OpenAIError(401, "Incorrect, revoked or expired API key.", code="invalid_api_key") from None
+            raise Refusal("forbidden", "This API key lacks the 'openai' scope.") from None
+        raise unauthenticated("Incorrect, revoked or expired API key.") from None
 
 
 def _method(request: HttpRequest, allowed: str) -> None:
     if request.method != allowed:
-        raise OpenAIError(405, f"use {allowed}", code="method_not_allowed")
+        raise Refusal("method_not_allowed", f"use {allowed}")
 
 
 async def _checked_model(user: AbstractBaseUser, name: str) -> str:
     if name not in await sync_to_async(models_for)(user=user):
-        raise OpenAIError(
-            404, f"The model '{name}' does not exist (GET /v1/models).", code="model_not_found", param="model"
-        )
+        detail = f"The model '{name}' does not exist (GET /v1/models)."
+        raise Refusal("model_not_found", detail, param="model")
     return name
 
 
@@ -101,19 +88,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     answer = await serving.answer_start(user=user, chat=chat, engine=engine_client())
     try:
         first = await answer.events.get()
-        if isinstance(first, OpenAIError):
+        if isinstance(first, Refusal):
             raise first
         if chat.stream:
-            return EventStreamResponse(
-                _chunks(answer, first),
-                content_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
+            return event_stream(_chunks(answer, first))
         parts, event = [], first
         while isinstance(event, TextDelta):
             parts.append(event.text)
             event = await answer.events.get()
-        if isinstance(event, OpenAIError):
+        if isinstance(event, Refusal):
             raise event
         await answer.task  # stored, and the slot given back, before the client hears of the end
     except BaseException:
@@ -144,8 +127,8 @@ async def _chunks(answer: serving.ApiAnswer, first: TextDelta | Completion) -> A
             yield sse_event(protocol.chunk(**ids, delta={"content": event.text}, **nothing))
             event = await answer.events.get()
         await asyncio.wait([answer.task])  # stored before the client hears of the end
-        if isinstance(event, OpenAIError):
-            yield sse_event(event.body())
+        if isinstance(event, Refusal):
+            yield sse_event(protocol.error_body(event))
         else:
             yield sse_event(protocol.chunk(**ids, delta={}, finish_reason=event.finish_reason, **nothing))
             if chat.include_usage:

@@ -8,14 +8,13 @@ product makes (a stream follower's XREAD, CHAT_STREAM_BLOCK_SECONDS) plus a marg
 """
 
 import asyncio
-import weakref
-from collections.abc import Callable
 from functools import cache
-from typing import Generic, TypeVar
 
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
+
+from eventloops import PerLoop
 
 CONNECT_TIMEOUT = 2.0
 
@@ -29,40 +28,14 @@ def _options() -> dict:
     }
 
 
-_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis]" = weakref.WeakKeyDictionary()
-
-
-def client() -> aioredis.Redis:
-    """The asyncio client of the running event loop: its connections belong to that loop."""
-    loop = asyncio.get_running_loop()
-    found = _clients.get(loop)
-    if found is None:
-        found = _clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL, **_options())
-    return found
-
-
-T = TypeVar("T")
-
-
-class PerClient(Generic[T]):
-    """One `make()` for each asyncio client, so for each event loop, gone with its client. What
-    `make` returns must not hold the client, or it would keep it alive."""
-
-    def __init__(self, make: Callable[[], T]) -> None:
-        self._make = make
-        self._made: weakref.WeakKeyDictionary[aioredis.Redis, T] = weakref.WeakKeyDictionary()
-
-    def __call__(self, r: aioredis.Redis) -> T:
-        found = self._made.get(r)
-        if found is None:
-            found = self._made[r] = self._make()
-        return found
-
-
 def new_client() -> aioredis.Redis:
     """An asyncio client of its own, for work that runs in an event loop of its own and
     ends with it (a bulk job's run); the caller closes it."""
     return aioredis.Redis.from_url(settings.REDIS_URL, **_options())
+
+
+# The asyncio client of the running event loop, `redisconn.client()`: its connections belong to that loop.
+client = PerLoop(new_client)
 
 
 def sync_client() -> redis.Redis:

@@ -45,7 +45,8 @@ def chat_user_sockets(user_id: int) -> str:
 
 
 def engine_state(url: str) -> str:
-    """What the engine at `url` is doing, as its supervisor says (inference.state)."""
+    """What the engine at `url` is doing, as its supervisor says (enginehost.state writes it,
+    inference.state reads it)."""
     return f"inference:state:{url}"
 
 

@@ -29,10 +29,11 @@ from django.db import connection, connections
 from limits.storage import RedisStorage
 
 import redisconn
-from harness.processes import ROOT, daphne_running, free_port, wait_for
-from inference.client import metric_sums
+from enginehost.launcher import EngineConfig, EngineProcess
+from harness.processes import ROOT, daphne_running, free_port, redis_serving
+from harness.waiting import wait_for
 from inference.engine import engine_client
-from inference.launcher import EngineConfig, EngineProcess
+from inference.topology import metric_sums
 
 LOGS = Path(settings.DATA_DIR) / "test-logs"
 LOGS.mkdir(parents=True, exist_ok=True)
@@ -63,16 +64,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=60)
 
 
-def wait_redis(client: redis.Redis, timeout: float) -> None:
-    def up() -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
-    wait_for(up, timeout, "Redis")
-
-
 def engine_gauge(engine_url: str, name: str) -> float:
     """The current value of one of the engine's Prometheus gauges, summed over labels."""
     # Generous: a busy machine slows the engine's HTTP server, not what it reports.
@@ -85,21 +76,9 @@ def redis_server():
     """Use REDIS_URL's Redis; without REDIS_URL, run the bundled one like `make run` does.
 
     Either way the suite works in a database of its own (tests/settings.py), emptied first."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    process = None
-    if settings.TEST_BUNDLED_REDIS:
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "runredis"], cwd=ROOT, stdout=subprocess.DEVNULL
-        )
-
-    wait_redis(client, 30)
-    # The suite's own server, not whatever else answers at that address.
-    assert process is None or process.poll() is None, "the bundled Redis did not start"
-    client.flushdb()
-    yield settings.REDIS_URL
-    if process is not None:
-        process.terminate()
-        process.wait(10)
+    with redis_serving(settings.REDIS_URL, bundled=settings.TEST_BUNDLED_REDIS):
+        redis.Redis.from_url(settings.REDIS_URL).flushdb()
+        yield settings.REDIS_URL
 
 
 @pytest.fixture(autouse=True)

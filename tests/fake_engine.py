@@ -1,5 +1,6 @@
 """The one fake engine: the engine client's interface, for unit tests that inject faults or count,
-pause and hang requests. End-to-end tests use vLLM.
+pause and hang requests above the client. The client itself, and the processes that reach an engine
+over HTTP, meet the stand-in engine (harness.stand_in_engine) instead; end-to-end tests use vLLM.
 
 Words are tokens. Each request plays `script`: a str is a delta, a number a pause in seconds, an Event
 a wait for it. Without a script the answer is one delta naming how many words the last message had, as
@@ -106,6 +107,3 @@ class FakeEngine:
 
     async def load(self) -> EngineLoad:
         return EngineLoad(running=self.active, waiting=0)
-
-    async def is_healthy(self) -> bool:
-        return True

@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from frontend.protocol import Refusal
+from httpkit.errors import Refusal
 from usage import selectors
 from usage.models import UsageDay
 

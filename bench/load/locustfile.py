@@ -5,6 +5,9 @@ Run by `bench.load.run`, which starts the product, makes the users' sessions and
 login throttle is not what is measured) and hands them over in the plan file `LOAD_PLAN`; every answer
 that ends is appended to `LOAD_ANSWERS` for the end-of-run check against the store. The model's
 parameters come from the environment (`bench.load.model`). No Django here: locust's gevent runs it.
+
+Why one module of about 400 lines: locust loads one file of user classes, and the three kinds of
+user share the chat's frames, the answer check and the plan they read.
 """
 
 import itertools
@@ -18,7 +21,7 @@ import gevent.queue
 import websocket
 from locust import HttpUser, User, between, events, task
 
-# Locust puts this folder on sys.path; through the `bench` package the import would set up Django.
+# Locust puts this folder on sys.path: the model comes alone, without the `bench` package (Django's side).
 from model import Model
 
 MODEL = Model.from_environment()

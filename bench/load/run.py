@@ -24,10 +24,9 @@ from pathlib import Path
 
 from django.conf import settings
 
+from bench import setup
 from bench.bench_relay import FastEngineProcess
-from bench.load.check import check_answers, summary
 from bench.load.model import Model
-from bench.load.population import population
 from bench.processes import (
     cluster_process,
     engine_config,
@@ -81,6 +80,10 @@ def locust(options: argparse.Namespace, model: Model, base: str, plan: Path, out
 
 
 def main() -> None:
+    # The users and the check reach the models, which load once Django is set up (bench.setup).
+    from bench.load.check import check_answers, summary
+    from bench.load.population import population
+
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--users", type=int, default=50)
     cli.add_argument("--spawn-rate", type=float, default=5)
@@ -118,4 +121,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    setup()
     main()

@@ -1,0 +1,104 @@
+"""An answer's Prometheus metrics, whichever surface asked for it (chat socket, SSE, API), and the
+functions that move them.
+
+Call sites (the answer run, admission control, the outcome of a failure) call the small functions
+below and never touch a metric object, so names and buckets live in one place. answers.apps loads
+this module at start, so /metrics (monitoring) shows them before any answer ran (docs/monitoring.md).
+"""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Seconds. Dense below one second, where chat latency lives on any host.
+TTFT_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60)
+GAP_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5)
+RATE_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 40, 60, 80, 120, 200, 400)
+
+TIME_TO_FIRST_TOKEN = Histogram(
+    "chat_time_to_first_token_seconds",
+    "From the start of an answer to its first token arriving from the engine, as the web tier sees it.",
+    buckets=TTFT_BUCKETS,
+)
+TIME_BETWEEN_TOKENS = Histogram(
+    "chat_time_between_tokens_seconds",
+    "Gap between two consecutive streamed tokens of one answer, as the web tier sees it.",
+    buckets=GAP_BUCKETS,
+)
+STREAMED_TOKENS = Counter(
+    "chat_streamed_tokens_total",
+    "Text deltas streamed to browsers: a token each, or several that came together (speculative decoding, "
+    "or an engine ahead of the web tier); its rate is the web tier's tokens/s, at least.",
+)
+GENERATION_TOKENS_PER_SECOND = Histogram(
+    "chat_generation_tokens_per_second",
+    "Decode speed of one finished answer: completion tokens over the time after the first token.",
+    buckets=RATE_BUCKETS,
+)
+COMPLETION_TOKENS = Counter("chat_completion_tokens_total", "Completion tokens the engine reported.")
+GENERATIONS = Counter("chat_generations_total", "Answers that ended, by final status.", ["status"])
+GENERATION_DURATION = Histogram(
+    "chat_generation_duration_seconds",
+    "Whole answer, start to end.",
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300),
+)
+ACTIVE_GENERATIONS = Gauge(
+    "chat_active_generations", "Answers streaming right now.", multiprocess_mode="livesum"
+)
+ADMISSIONS_REFUSED = Counter(
+    "chat_admissions_refused_total", "Chat requests refused by admission control, by reason.", ["reason"]
+)
+ENGINE_ERRORS = Counter("chat_engine_errors_total", "Failed engine calls, by error code.", ["code"])
+
+
+def generation_started() -> None:
+    """An answer began streaming; pair with generation_ended() in a `finally`."""
+    ACTIVE_GENERATIONS.inc()
+
+
+def generation_ended() -> None:
+    ACTIVE_GENERATIONS.dec()
+
+
+def first_token(seconds: float) -> None:
+    TIME_TO_FIRST_TOKEN.observe(seconds)
+    STREAMED_TOKENS.inc()
+
+
+def token_gap(seconds: float) -> None:
+    TIME_BETWEEN_TOKENS.observe(seconds)
+    STREAMED_TOKENS.inc()
+
+
+class TokenClock:
+    """Times one answer's tokens: the first against the start, the others against the previous one."""
+
+    def __init__(self, started: float) -> None:
+        self._started = started
+        self._previous: float | None = None
+
+    def tick(self, now: float) -> None:
+        if self._previous is None:
+            first_token(now - self._started)
+        else:
+            token_gap(now - self._previous)
+        self._previous = now
+
+
+def generation_finished(
+    status: str, completion_tokens: int | None, seconds: float, *, ttft_seconds: float | None = None
+) -> None:
+    """An answer ended with `status` (the stored message's) after `seconds`."""
+    GENERATIONS.labels(status=str(status)).inc()
+    GENERATION_DURATION.observe(seconds)
+    if completion_tokens:
+        COMPLETION_TOKENS.inc(completion_tokens)
+        decode_seconds = seconds - (ttft_seconds or 0.0)
+        if ttft_seconds is not None and completion_tokens > 1 and decode_seconds > 0:
+            GENERATION_TOKENS_PER_SECOND.observe((completion_tokens - 1) / decode_seconds)
+
+
+def admission_refused(reason: str) -> None:
+    ADMISSIONS_REFUSED.labels(reason=reason).inc()
+
+
+def engine_error(code: str) -> None:
+    ENGINE_ERRORS.labels(code=code).inc()

@@ -1,0 +1,264 @@
+"""The stand-in engine: the part of vLLM's OpenAI-compatible server the product uses, over real
+HTTP, doing on demand what no real engine does.
+
+It answers `/health`, `/tokenize`, `/metrics`, `/v1/models` and streaming `/v1/chat/completions`
+(every other path is not found, `/workers` included: an engine is no router). Every chat gets
+`text`, `chunk` characters a delta, or else `max_tokens` one-word deltas, each its own SSE event
+in its own write, `interval` seconds apart (0: as fast as it can, yielding to the other answers
+between deltas), ended with a finish reason and the usage. `fault` makes every chat fail instead:
+
+- `HANG`: it never answers, not even a status line;
+- `STALL`: the text, then nothing, the connection held open;
+- `CUT`: the text, then the connection dropped mid-answer, as when the engine dies;
+- a `Refusal`: its status and JSON body instead of an answer;
+- an `ErrorEvent`: the text, then that error event in the stream, as vLLM reports a failure mid-answer.
+
+Two kinds of users. Tests that must see what the engine client puts on the wire, or make the engine
+fail in one given way (the fake in tests/fake_engine.py replaces the client instead, for the faults
+above it); and the benchmarks of the web tier, which need an engine far faster than this host's
+(bench.fast_engine serves it as a process of its own). Plain asyncio streams rather than a web
+framework: the less CPU this process spends per token, the less it takes from the web process it feeds.
+"""
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+WORD = "tok "
+PROMPT_TOKENS = 16
+HANG: Literal["hang"] = "hang"
+STALL: Literal["stall"] = "stall"
+CUT: Literal["cut"] = "cut"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    status: int
+    body: dict
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    body: dict
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """What /metrics reports, in place of what the stand-in is doing."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float = 0.0
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _event(body: dict) -> bytes:
+    return _chunk(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
+
+
+class StandInEngine:
+    """`max_batch` (0: no limit): at most that many answers stream at once, as in a real engine's
+    batch; the rest wait their turn (their first token with them), reported as waiting.
+    `close_idle_after`: a connection that a request reaches after more than that many idle seconds
+    is closed instead of answered, as an engine closes one idle past its keep-alive just as the
+    request arrives. With `record`, `requests` keeps each request's (headers, JSON body)."""
+
+    def __init__(
+        self,
+        *,
+        text: str | None = None,
+        chunk: int = 0,
+        interval: float = 0.0,
+        model: str = "stand-in",
+        max_batch: int = 0,
+        fault: Literal["hang", "stall", "cut"] | Refusal | ErrorEvent | None = None,
+        gauges: Gauges | None = None,
+        close_idle_after: float | None = None,
+        record: bool = False,
+    ) -> None:
+        self.text = text
+        self.chunk = chunk
+        self.interval = interval
+        self.model = model
+        self.fault = fault
+        self.gauges = gauges
+        self.close_idle_after = close_idle_after
+        self.requests: list[tuple[dict[str, str], dict]] | None = [] if record else None
+        self.connections = 0
+        self.running = 0
+        self.waiting = 0
+        self.tokens = 0
+        self.slots = asyncio.Semaphore(max_batch) if max_batch else None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one connection's requests, one after another (HTTP/1.1 keep-alive)."""
+        self.connections += 1
+        loop = asyncio.get_running_loop()
+        idle_since = None
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if idle_since is not None and self.close_idle_after is not None:
+                    if loop.time() - idle_since > self.close_idle_after:
+                        return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {
+                    k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:] if ": " in line)
+                }
+                length = int(headers.get("content-length") or 0)
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                if self.requests is not None:
+                    self.requests.append((headers, body))
+                if not await self.route(method, path.split("?", 1)[0], body, writer):
+                    return
+                idle_since = loop.time()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def route(self, method: str, path: str, body: dict, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection is to end with it."""
+        if path == "/v1/chat/completions" and body.get("stream"):
+            return await self.chat(body, writer)
+        if path == "/tokenize":
+            words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+            words += len(str(body.get("prompt", "")).split())
+            self.reply(writer, 200, {"count": words + 8, "tokens": list(range(words))})
+        elif path == "/health":
+            self.reply(writer, 200, "", "text/plain")
+        elif path == "/metrics":
+            self.reply(writer, 200, self.metrics(), "text/plain")
+        elif path == "/v1/models":
+            self.reply(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
+        else:
+            self.reply(writer, 404, {"error": {"message": f"no {method} {path} here"}})
+        await writer.drain()
+        return True
+
+    def metrics(self) -> str:
+        gauges = self.gauges or Gauges(self.running, self.waiting)
+        label = f'{{model_name="{self.model}"}}'
+        return (
+            f"vllm:num_requests_running{label} {gauges.running}\n"
+            f"vllm:num_requests_waiting{label} {gauges.waiting}\n"
+            f"vllm:kv_cache_usage_perc{label} {gauges.kv_cache_usage}\n"
+        )
+
+    @staticmethod
+    def reply(
+        writer: asyncio.StreamWriter, status: int, body: dict | str, kind: str = "application/json"
+    ) -> None:
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        head = f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {len(data)}\r\n\r\n"
+        writer.write(head.encode() + data)
+
+    async def chat(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+        if self.fault == HANG:
+            await asyncio.Event().wait()
+        if isinstance(self.fault, Refusal):
+            self.reply(writer, self.fault.status, self.fault.body)
+            await writer.drain()
+            return True
+        if self.slots is None:
+            return await self.stream(body, writer)
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            return await self.stream(body, writer)
+        finally:
+            self.slots.release()
+
+    async def stream(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+        base = {"id": "chatcmpl-stand-in", "object": "chat.completion.chunk", "created": int(time.time())}
+        base["model"] = body.get("model", self.model)
+
+        def delta(text: str) -> bytes:
+            return _event(
+                {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+            )
+
+        if self.text is None:
+            # One event, encoded once and sent `max_tokens` times: the benchmarks' CPU is the web tier's.
+            deltas, finish_reason = [delta(WORD)] * int(body.get("max_tokens") or 16), "length"
+        else:
+            size = self.chunk or max(len(self.text), 1)
+            deltas = [delta(self.text[i : i + size]) for i in range(0, len(self.text), size)]
+            finish_reason = "stop"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        self.running += 1
+        try:
+            for event in deltas:
+                writer.write(event)
+                self.tokens += 1
+                # Each delta its own write, other answers' writes between: a reader that keeps up
+                # gets one event a read; only one that falls behind finds several waiting.
+                await asyncio.sleep(self.interval)
+                await writer.drain()
+            if self.fault == STALL:
+                await asyncio.Event().wait()
+            if self.fault == CUT:
+                return False
+            if isinstance(self.fault, ErrorEvent):
+                writer.write(_event(self.fault.body))
+            else:
+                usage = {
+                    "prompt_tokens": PROMPT_TOKENS,
+                    "completion_tokens": len(deltas),
+                    "total_tokens": PROMPT_TOKENS + len(deltas),
+                }
+                finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
+                writer.write(_event(finish) + _event({**base, "choices": [], "usage": usage}))
+        finally:
+            self.running -= 1
+        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+async def serve_forever(engine: StandInEngine, port: int) -> None:
+    """Serve `engine` on the loopback's `port` until cancelled."""
+    server = await asyncio.start_server(engine.serve, "127.0.0.1", port, limit=1 << 20)
+    async with server:
+        await server.serve_forever()
+
+
+@contextmanager
+def serving(engine: StandInEngine) -> Iterator[str]:
+    """`engine` on a free port of the loopback, served from a thread of its own (so that a test's
+    synchronous code, its event loop and other processes alike can reach it): its URL. On the way
+    out it stops listening and drops every connection, as a stopped engine does."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="stand-in-engine", daemon=True)
+    thread.start()
+    listening = asyncio.start_server(engine.serve, "127.0.0.1", 0, limit=1 << 20)
+    server = asyncio.run_coroutine_threadsafe(listening, loop).result(10)
+
+    async def stop() -> None:
+        server.close()
+        connections = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -1,0 +1,423 @@
+"""Nothing lost: answers outlive their sockets, resume exactly, stop from any tab,
+time out, and are admitted within bounds. The engine here injects faults; the
+same behaviours against vLLM are in test_chat_faults_end_to_end.py.
+
+Why one module of about 420 lines: the faults share one fault-injecting engine and the socket
+helpers that read an answer part-way.
+"""
+
+import asyncio
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+import orjson
+import psutil
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from answers import ownership, watcher
+from frontend import consumers, services, streams
+from frontend.generation import Generation
+from frontend.models import Conversation, Message
+from harness.waiting import until
+from redisconn import client as redis_client
+from redisconn import keys
+from tests.consumer_client import connected, until_closed
+from tests.fake_engine import FakeEngine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="x" * 12)
+
+
+def use_engine(monkeypatch, fake: FakeEngine) -> FakeEngine:
+    monkeypatch.setattr(consumers, "engine_client", lambda: fake)
+    return fake
+
+
+async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_the_missed_tokens(
+    alice, monkeypatch
+):
+    gate = asyncio.Event()
+    use_engine(monkeypatch, FakeEngine(["a", "b", gate, "c", "d", "e"]))
+    first = await connected(alice)
+    await first.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await first.receive_json_from(timeout=5)
+    seen = [await first.receive_json_from(timeout=5) for _ in range(2)]
+    assert [f["seq"] for f in seen] == [0, 1]
+    await first.disconnect()
+    gate.set()
+
+    second = await connected(alice)
+    await second.send_json_to({"type": "chat.resume", "message": started["message"], "after": 1})
+    rest = await until_closed(second)
+    assert [(f["seq"], f["text"]) for f in rest[:-1]] == [(2, "c"), (3, "d"), (4, "e")]
+    assert rest[-1]["type"] == "chat.done" and rest[-1]["status"] == "complete"
+    assert rest[-1]["content"] == "abcde"
+    stored = await Message.objects.aget(pk=started["message"])
+    assert (stored.status, stored.content) == ("complete", "abcde")
+
+    # A finished answer resumes from the stored text even without its stream.
+    redis.Redis.from_url(settings.REDIS_URL).delete(f"chat:stream:{started['message']}")
+    await second.send_json_to({"type": "chat.resume", "message": started["message"], "after": 4})
+    done = await second.receive_json_from(timeout=5)
+    assert (done["type"], done["content"]) == ("chat.done", "abcde")
+    await second.disconnect()
+
+
+async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(alice):
+    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
+    # Another process asks to stop it before this one has subscribed to the stop channel.
+    await streams.request_stop(r, turn.assistant_message_id)
+    fake = FakeEngine(["one "], hang=True)
+    generation = Generation(turn, user_id=alice.pk, engine=fake, owner=owner)
+    done, _ = await asyncio.wait([generation.start()], timeout=10)
+    assert done, "the answer did not stop"
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert stored.status == Message.Status.STOPPED
+    assert not await r.exists(keys.chat_stop_requested(turn.assistant_message_id))
+
+
+async def test_a_stop_left_for_an_earlier_answer_under_the_same_id_does_not_stop_a_new_one(alice):
+    """A store reset (or a rolled-back test database) hands an id out again; a stop sent to the
+    earlier answer in its last moment is still in Redis for CHAT_LEASE_SECONDS."""
+    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    await streams.request_stop(r, turn.assistant_message_id)
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
+    generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one ", "two"]), owner=owner)
+    await asyncio.wait_for(generation.start(), 10)
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert (stored.status, stored.content) == (Message.Status.COMPLETE, "one two")
+
+
+async def hanging_answers(alice, count: int) -> list[Generation]:
+    """`count` answers started in this loop, each past its first token and then waiting."""
+    answers = []
+    for _ in range(count):
+        turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+        owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=alice.pk)
+        generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one "], hang=True), owner=owner)
+        generation.start()
+        answers.append(generation)
+    assert await until(lambda: all(g.seq == 1 for g in answers), 10), "the answers did not start"
+    # Past their first heartbeat, which reads a stop sent before: any stop now must be heard.
+    members = [str(g.message_id) for g in answers]
+    registered = await redis_client().zmscore(keys.CHAT_ANSWERS, members)
+    for _ in range(500):
+        beats = await redis_client().zmscore(keys.CHAT_ANSWERS, members)
+        if all(beat > first for beat, first in zip(beats, registered, strict=True)):
+            return answers
+        await asyncio.sleep(0.01)
+    raise AssertionError("the answers' heartbeats did not start")
+
+
+async def pattern_subscriptions() -> int:
+    """Pattern subscriptions this process holds: Redis's own count (PUBSUB NUMPAT) is the server's,
+    and another process on it (the session's web process, another suite) moves it too."""
+    ours = {c.laddr.port for c in psutil.Process().net_connections(kind="tcp") if c.raddr}
+    clients = await redis_client().client_list()
+    return sum(int(c["psub"]) for c in clients if int(c["addr"].rsplit(":", 1)[1]) in ours)
+
+
+async def test_the_answers_of_a_process_hear_stops_from_other_processes_on_one_subscription(alice):
+    before = await pattern_subscriptions()
+    answers = await hanging_answers(alice, 3)
+    # One subscription for the three (each answer's own cost a Redis connection each).
+    assert await pattern_subscriptions() == before + 1
+    # Another process's stop: a message on the answer's channel, with no key left behind.
+    await redis_client().publish(keys.chat_stop_channel(answers[1].message_id), "user")
+    done, _ = await asyncio.wait([answers[1].task], timeout=10)
+    assert done, "the published stop was not heard"
+    assert not answers[0].task.done() and not answers[2].task.done()
+    for generation in (answers[0], answers[2]):
+        generation.stop()
+    await asyncio.wait([answers[0].task, answers[2].task], timeout=10)
+    # No answer left to hear: the subscription is given back.
+    for _ in range(200):
+        if await pattern_subscriptions() == before:
+            break
+        await asyncio.sleep(0.05)
+    assert await pattern_subscriptions() == before
+    statuses = [m.status async for m in Message.objects.filter(role="assistant").order_by("pk")]
+    assert statuses == [Message.Status.STOPPED] * 3
+
+
+async def test_a_stop_sent_while_the_subscription_was_lost_is_heard_when_it_is_back(alice, monkeypatch):
+    (generation,) = await hanging_answers(alice, 1)
+    r = redis_client()
+    read = PubSub.get_message
+    lost = asyncio.Event()
+
+    async def stop_then_lose_the_connection(self, *args, **kwargs):
+        if lost.is_set():
+            return await read(self, *args, **kwargs)
+        lost.set()
+        # Another process's stop, then the subscription's connection fails before it is read.
+        await streams.request_stop(r, generation.message_id)
+        raise RedisConnectionError("connection lost")
+
+    monkeypatch.setattr(PubSub, "get_message", stop_then_lose_the_connection)
+    done, _ = await asyncio.wait([generation.task], timeout=15)
+    assert lost.is_set() and done, "the stop sent while the subscription was lost was not heard"
+    stored = await Message.objects.aget(pk=generation.message_id)
+    assert stored.status == Message.Status.STOPPED
+
+
+async def test_a_subscription_that_goes_quiet_is_made_again_and_hears_the_stop_it_missed(alice, monkeypatch):
+    monkeypatch.setattr(watcher, "PING_SECONDS", 0.2)
+    (generation,) = await hanging_answers(alice, 1)
+    handle, subscribe = PubSub.handle_message, PubSub.psubscribe
+    cut = asyncio.Event()
+
+    async def nothing_arrives(self, *args, **kwargs):
+        # A connection cut without a reset: silence, the replies to its pings included.
+        return None if cut.is_set() else await handle(self, *args, **kwargs)
+
+    async def subscribe_on_a_new_connection(self, *args, **kwargs):
+        cut.clear()
+        return await subscribe(self, *args, **kwargs)
+
+    monkeypatch.setattr(PubSub, "handle_message", nothing_arrives)
+    monkeypatch.setattr(PubSub, "psubscribe", subscribe_on_a_new_connection)
+    cut.set()
+    await streams.request_stop(redis_client(), generation.message_id)  # published into the silence
+    done, _ = await asyncio.wait([generation.task], timeout=15)
+    assert done, "the quiet subscription was not made again"
+    assert not cut.is_set()
+
+
+async def test_it_stops_an_answer_from_another_tab_and_keeps_the_partial_text(alice, monkeypatch):
+    fake = use_engine(monkeypatch, FakeEngine(["one ", "two "], hang=True))
+    tab1, tab2 = await connected(alice), await connected(alice)
+    await tab1.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    started = await tab1.receive_json_from(timeout=5)
+    for _ in range(2):
+        await tab1.receive_json_from(timeout=5)
+    await tab2.send_json_to({"type": "chat.stop", "message": started["message"]})
+    done = await tab1.receive_json_from(timeout=5)
+    assert (done["type"], done["status"], done["content"]) == ("chat.done", "stopped", "one two ")
+    assert fake.closed.is_set(), "the engine stream was not closed"
+    stored = await Message.objects.aget(pk=started["message"])
+    assert (stored.status, stored.content) == ("stopped", "one two ")
+    await tab2.send_json_to({"type": "chat.stop", "message": started["message"]})
+    again = await tab2.receive_json_from(timeout=5)
+    assert again["code"] == "not_running"
+    await tab1.disconnect()
+    await tab2.disconnect()
+
+
+@pytest.mark.parametrize(
+    "script, setting, code",
+    [
+        ([1.0, "late"], "CHAT_FIRST_TOKEN_TIMEOUT", "timeout_first_token"),
+        (["early", 1.0, "late"], "CHAT_TOKEN_TIMEOUT", "timeout_between_tokens"),
+        (["a", 0.15, "b", 0.15, "c", 0.15, "d"], "CHAT_TOTAL_TIMEOUT", "timeout_total"),
+    ],
+)
+async def test_it_aborts_the_engine_request_when_a_timeout_expires(
+    alice, monkeypatch, settings, script, setting, code
+):
+    setattr(settings, setting, 0.3)
+    fake = use_engine(monkeypatch, FakeEngine(script))
+    communicator = await connected(alice)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    frames = await until_closed(communicator)
+    assert frames[-1]["type"] == "chat.error"
+    assert (frames[-1]["code"], frames[-1]["status"]) == (code, "timeout")
+    assert fake.closed.is_set()
+    stored = await Message.objects.aget(pk=frames[0]["message"])
+    assert stored.status == "timeout" and stored.error_code == code
+    assert stored.content == "".join(f["text"] for f in frames if f["type"] == "chat.token")
+    await communicator.disconnect()
+
+
+async def test_it_refuses_past_the_concurrency_limit_with_retry_after_and_writes_nothing(
+    alice, monkeypatch, settings
+):
+    settings.CHAT_MAX_ACTIVE_PER_USER = 1
+    use_engine(monkeypatch, FakeEngine(["a"], hang=True))
+    communicator = await connected(alice)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "one"})
+    started = await communicator.receive_json_from(timeout=5)
+    await communicator.receive_json_from(timeout=5)
+    before = await Message.objects.acount()
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "two"})
+    refused = await communicator.receive_json_from(timeout=5)
+    assert (refused["code"], refused["reason"]) == ("busy", "user_concurrency")
+    assert refused["retry_after"] > 0
+    assert await Message.objects.acount() == before
+    await communicator.send_json_to({"type": "chat.stop", "message": started["message"]})
+    await until_closed(communicator)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "three"})
+    third = await communicator.receive_json_from(timeout=5)
+    assert third["type"] == "chat.started"
+    # Its engine never finishes: stop it, so no answer outlives the test's event loop.
+    await communicator.send_json_to({"type": "chat.stop", "message": third["message"]})
+    await until_closed(communicator)
+    await communicator.disconnect()
+
+
+async def test_it_limits_messages_per_user_per_minute(alice, monkeypatch, settings):
+    settings.CHAT_MESSAGES_PER_MINUTE = 2
+    use_engine(monkeypatch, FakeEngine(["ok"]))
+    communicator = await connected(alice)
+    for _ in range(2):
+        await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+        assert (await until_closed(communicator))[-1]["type"] == "chat.done"
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "hi"})
+    refused = await communicator.receive_json_from(timeout=5)
+    assert (refused["code"], refused["reason"]) == ("busy", "user_rate")
+    assert 0 < refused["retry_after"] <= 60
+    await communicator.disconnect()
+
+
+def test_it_sweeps_answers_no_process_owns_keeping_the_text_their_readers_saw(alice, settings):
+    conversation = Conversation.objects.create(owner=alice)
+    # A continued answer (chat.continue): its stored text is what came before its stream.
+    dead = Message.objects.create(
+        conversation=conversation, role="assistant", status="generating", content="Before: "
+    )
+    live = Message.objects.create(conversation=conversation, role="assistant", status="generating")
+    fresh = Message.objects.create(conversation=conversation, role="assistant", status="generating")
+    old = timezone.now() - timedelta(seconds=settings.CHAT_STALE_AFTER_SECONDS + 5)
+    Message.objects.filter(pk__in=[dead.pk, live.pk]).update(created_at=old)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    stream = keys.chat_stream(dead.pk)
+    client.xadd(stream, {"frame": b'{"type":"chat.opened"}'}, id="1-0")
+    for seq, text in enumerate(["Half ", "an answer"]):
+        token = {"type": "chat.token", "message": dead.pk, "seq": seq, "text": text}
+        client.xadd(stream, {"frame": orjson.dumps(token)}, id=f"1-{seq + 1}")
+    client.zadd(keys.CHAT_ANSWERS, {str(live.pk): time.time(), str(dead.pk): time.time() - 3600})
+    try:
+        assert services.messages_interrupt_stale() == 1
+    finally:
+        client.zrem(keys.CHAT_ANSWERS, str(live.pk), str(dead.pk))
+        client.delete(stream)
+    statuses = dict(Message.objects.values_list("pk", "status"))
+    assert statuses == {dead.pk: "interrupted", live.pk: "generating", fresh.pk: "generating"}
+    assert Message.objects.get(pk=dead.pk).content == "Before: Half an answer"
+
+
+async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
+    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
+    fake = FakeEngine(["one "], hang=True)
+    generation = Generation(turn, user_id=alice.pk, engine=fake, owner=owner)
+    task = generation.start()
+    assert await until(lambda: fake.requests), "the engine was not asked"
+    generation.stop("user")
+    await asyncio.sleep(0)  # the first stop is being handled: the answer is storing itself
+    generation.stop("user")
+    done, _ = await asyncio.wait([task], timeout=10)
+    assert done, "the answer did not stop"
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert stored.status == Message.Status.STOPPED
+    frames = [f async for f in streams.follow(r, turn.assistant_message_id)]
+    assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "stopped"
+
+
+async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
+    """An answer of one token from an engine that then hangs, stopped while its token is being
+    written: `write_token(publish, args, stop_now)` writes it and sets `stop_now` when the stop
+    should come. Returns the answer's id once it has ended."""
+    turn = await sync_to_async(services.chat_turn_start)(user=user, conversation_id=None, content="hi")
+    owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=user.pk)
+    stop_now = asyncio.Event()
+    publish = streams.publish
+
+    async def publish_with(*args):
+        if args[-1]["type"] == "chat.token":
+            await write_token(publish, args, stop_now)
+        else:
+            await publish(*args)
+
+    monkeypatch.setattr(streams, "publish", publish_with)
+    generation = Generation(turn, user_id=user.pk, engine=FakeEngine(["one "], hang=True), owner=owner)
+    task = generation.start()
+    await asyncio.wait_for(stop_now.wait(), 30)
+    generation.stop("user")
+    done, _ = await asyncio.wait([task], timeout=30)
+    assert done, "the stop was lost"
+    return turn.assistant_message_id
+
+
+async def test_it_closes_the_stream_of_an_answer_stopped_while_a_token_is_being_written(alice, monkeypatch):
+    async def write_then_wait(publish, args, stop_now):
+        await publish(*args)
+        stop_now.set()
+        await asyncio.Event().wait()  # the token is in the stream; its writer has not heard back yet
+
+    message_id = await stopped_during_its_token(alice, monkeypatch, write_then_wait)
+
+    async def frames_to_the_end():
+        return [f async for f in streams.follow(redis_client(), message_id)]
+
+    frames = await asyncio.wait_for(frames_to_the_end(), 30)
+    assert [f["type"] for f in frames] == ["chat.token", "chat.done"]
+    assert frames[-1]["status"] == "stopped" and frames[-1]["content"] == "one "
+    stored = await Message.objects.aget(pk=message_id)
+    assert (stored.status, stored.content) == (Message.Status.STOPPED, "one ")
+
+
+async def test_it_stops_an_answer_even_when_a_redis_command_swallowed_the_cancellation(
+    alice, monkeypatch, settings
+):
+    settings.CHAT_TOKEN_TIMEOUT = settings.CHAT_TOTAL_TIMEOUT = 600  # only the stop can end it
+
+    async def write_swallowing_the_cancellation(publish, args, stop_now):
+        stop_now.set()
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            pass  # as redis-py's client can (redis/redis-py#2028)
+        await publish(*args)
+
+    message_id = await stopped_during_its_token(alice, monkeypatch, write_swallowing_the_cancellation)
+    stored = await Message.objects.aget(pk=message_id)
+    assert (stored.status, stored.content) == (Message.Status.STOPPED, "one ")
+
+
+async def test_answers_frames_waiting_together_go_in_one_pipeline_and_fail_one_by_one(monkeypatch):
+    """Many answers' tokens come at once (one engine step); one round trip writes them all, and a
+    frame Redis refuses fails its own writer only."""
+    r = redis_client()
+    owners = {m: await streams.open_stream(r, m, user_id=1) for m in (9001, 9002, 9003)}
+    executed = []
+    pipeline = r.pipeline
+
+    def counting_pipeline(*args, **kwargs):
+        executed.append(1)
+        return pipeline(*args, **kwargs)
+
+    monkeypatch.setattr(r, "pipeline", counting_pipeline)
+    token = {"type": "chat.token", "message": 0, "seq": 0, "text": "x"}
+    results = await asyncio.gather(
+        streams.publish(r, owners[9001], 0, token),
+        streams.publish(r, owners[9002], 0, token),
+        # An owner whose claim is not the current one: its write is refused.
+        streams.publish(r, replace(owners[9002], fence=0), 1, token),
+        # Position 0 again: the frame is there already, and written once.
+        streams.publish(r, owners[9001], 0, token),
+        streams.publish(r, owners[9003], 0, token),
+        return_exceptions=True,
+    )
+    assert executed == [1], "the frames did not share one pipeline"
+    assert [isinstance(result, ownership.Fenced) for result in results] == [False, False, True, False, False]
+    assert [result for result in results if not isinstance(result, Exception)] == [None] * 4
+    for message_id in (9001, 9002, 9003):
+        frames = await r.xrange(keys.chat_stream(message_id))
+        assert len(frames) == 2  # the opening marker and one token

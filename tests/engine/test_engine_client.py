@@ -1,0 +1,140 @@
+"""What the engine client puts on the wire and makes of each failure, against the stand-in engine
+(the real engine's replies are tested end to end)."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from harness.stand_in_engine import CUT, STALL, ErrorEvent, Refusal, StandInEngine, serving
+from inference import client as client_module
+from inference.client import ChatRequest, ChunkReader, Completion, EngineError, OpenAIEngineClient, TextDelta
+
+CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+HI = ChatRequest(messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+
+
+@asynccontextmanager
+async def client_of(
+    engine: StandInEngine, *, token_timeout: float = 10, api_key: str = ""
+) -> AsyncIterator[OpenAIEngineClient]:
+    """The product's engine client of `engine`, served meanwhile."""
+    with serving(engine) as url:
+        client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=token_timeout, api_key=api_key)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+
+
+async def test_it_sends_the_engines_api_key_on_every_request():
+    engine = StandInEngine(text="hi", record=True)
+    async with client_of(engine, api_key="engine-key") as client:
+        [event async for event in client.stream_chat(HI)]
+    [(headers, body)] = engine.requests
+    assert headers["authorization"] == "Bearer engine-key"
+    # Usage on every chunk: the first tells the prompt's size whenever the answer ends.
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+async def test_it_sends_the_conversation_as_the_routers_session_key_with_the_request_id():
+    engine = StandInEngine(text="hi", record=True)
+    async with client_of(engine) as client:
+        request = ChatRequest(
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=8,
+            temperature=0,
+            priority=3,
+            cache_salt="salt",
+            request_id="chat-9",
+            affinity="conversation-7",
+        )
+        events = [event async for event in client.stream_chat(request)]
+        [event async for event in client.stream_chat(HI)]
+    assert events[0].text == "hi" and isinstance(events[-1], Completion)
+    (headers, body), (plain_headers, _) = engine.requests
+    assert (headers["x-session-id"], headers["x-request-id"]) == ("conversation-7", "chat-9")
+    assert (body["priority"], body["cache_salt"]) == (3, "salt")
+    # Without an affinity the router may send the request anywhere.
+    assert "x-session-id" not in plain_headers and "x-request-id" not in plain_headers
+
+
+async def test_it_never_sends_a_request_on_a_connection_the_engine_may_be_closing(monkeypatch):
+    """An engine closes a connection idle past its keep-alive (vLLM: 5 s), and a request that
+    meets the close fails. This one closes any connection that a request reaches after more
+    than the client's own keep-alive of idleness: the client must have opened a new one."""
+    keepalive = 0.3  # the client's, and the idleness past which this engine closes a connection
+    monkeypatch.setattr(client_module, "KEEPALIVE_SECONDS", keepalive)
+    engine = StandInEngine(text="hi", close_idle_after=keepalive)
+    async with client_of(engine) as client:
+        first = [event async for event in client.stream_chat(HI)]
+        await asyncio.sleep(2 * keepalive)
+        second = [event async for event in client.stream_chat(HI)]
+    assert first[0].text == second[0].text == "hi"
+    assert engine.connections == 2
+
+
+def chunk(content: str | None = None, finish: str | None = None) -> bytes:
+    delta = {"content": content} if content is not None else {}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return b"data: " + json.dumps({**CHUNK, "choices": [choice]}).encode() + b"\n\n"
+
+
+def test_the_reader_joins_the_deltas_one_read_brings_and_keeps_an_event_split_across_reads():
+    reader = ChunkReader()
+    assert reader.feed(chunk("a") + chunk("b") + chunk("c")[:20]) == "ab"
+    assert reader.feed(chunk("c")[20:] + b": a comment\n\n") == "c"
+    # One event in several data lines, CRLF line ends, no space after the colon.
+    assert (
+        reader.feed(
+            b'data:{"choices": [{"delta": {"content": "d"},\r\ndata: "finish_reason": "length"}]}\r\n\r\n'
+        )
+        == "d"
+    )
+    usage = {"prompt_tokens": 5, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 2}}
+    assert (
+        reader.feed(b"data: " + json.dumps({**CHUNK, "choices": [], "usage": usage}).encode() + b"\n\n") == ""
+    )
+    assert reader.feed(b"data: [DONE]\n\n") == "" and reader.done
+    assert reader.completion() == Completion("length", prompt_tokens=5, cached_tokens=2, completion_tokens=4)
+
+
+@pytest.mark.parametrize(
+    ("engine", "code", "detail"),
+    [
+        (
+            StandInEngine(fault=Refusal(400, {"error": {"message": "too long", "code": 400}})),
+            "engine_rejected",
+            "too long",
+        ),
+        (
+            StandInEngine(fault=Refusal(500, {"object": "error", "message": "boom"})),
+            "engine_error",
+            "(500): boom",
+        ),
+        (
+            StandInEngine(text="a", fault=ErrorEvent({"error": {"message": "oops"}})),
+            "engine_error",
+            "mid-answer: oops",
+        ),
+        # The engine died mid-answer: the stream ends short of its end.
+        (StandInEngine(text="a", fault=CUT), "engine_unavailable", "not reachable"),
+    ],
+    ids=["400", "500", "error-event", "cut-short"],
+)
+async def test_it_maps_the_engines_failures_to_stable_codes(engine, code, detail):
+    async with client_of(engine) as client:
+        with pytest.raises(EngineError) as failure:
+            [event async for event in client.stream_chat(HI)]
+    assert failure.value.code == code and detail in failure.value.detail
+
+
+async def test_it_gives_up_on_an_engine_silent_past_the_token_timeout():
+    seen = []
+    async with client_of(StandInEngine(text="a", fault=STALL), token_timeout=0.5) as client:
+        with pytest.raises(EngineError) as failure:
+            async for event in client.stream_chat(HI):
+                seen.append(event)
+    assert seen == [TextDelta("a")] and failure.value.code == "engine_timeout"

@@ -1,0 +1,121 @@
+"""Two engine replicas behind vLLM's router, as `make run INFERENCE_REPLICAS=2` runs them: the
+session's engine and a `runinference` of its own, with `runrouter` in front and daphne reaching
+them through it. A replica killed as an out-of-memory kill ends it loses its answer in flight
+(a clear error, the partial text stored); the conversation's next turn is answered by the other
+replica, and the killed one, restarted by its runinference, takes the conversation back."""
+
+import signal
+
+import httpx
+import psutil
+import pytest
+from django.contrib.auth import get_user_model
+
+from frontend import services
+from frontend.models import Message
+from harness.waiting import wait_for
+from inference.topology import metric_sums
+from tests.chat.test_chat_faults_end_to_end import engine_up, running_inference
+from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
+from tests.conftest import LOGS, free_port, running_daphne
+from tests.topology.test_router_affinity import ROUTER, start_router
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FINISHED = "vllm:request_success_total"
+
+
+def finished(url: str) -> float:
+    """Requests the engine at `url` has finished (0 while it is down: it has started again since)."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    return metric_sums(text, [FINISHED])[FINISHED]
+
+
+def healthy_behind(router_url: str) -> dict[str, bool]:
+    workers = httpx.get(router_url + "/workers", timeout=5).json()["workers"]
+    return {worker["url"]: worker["is_healthy"] for worker in workers}
+
+
+def answer(ws, conversation: int, content: str) -> tuple[dict, dict]:
+    send(ws, {"type": "chat.send", "conversation": conversation, "content": content})
+    started, _, end = collect_answer(ws, timeout=180)
+    return started, end
+
+
+def test_a_dead_replica_s_conversation_moves_to_another_and_comes_back_with_it(django_db_setup, engine_url):
+    if ROUTER is None:
+        pytest.skip("vllm-router is not installed (requirements.txt installs it)")
+    user = get_user_model().objects.create_user("rhea", password="pw-rhea-1234")
+    a_url, b_url = engine_url, f"http://127.0.0.1:{free_port()}"
+    log = LOGS / "test-replica-b.log"
+    with running_inference(b_url, log) as replica_b:
+        router, port = start_router([a_url, b_url], "test-router-replicas.log")
+        router_url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: engine_up(router_url), 60, "the router")
+            with running_daphne(router_url) as server:
+                ws_url = server.url.replace("http://", "ws://") + "/ws/chat/"
+                with open_chat(ws_url, server.url, user) as ws:
+                    # Conversations of 8-token answers, until the router places one on replica B.
+                    on_b = None
+                    for _ in range(20):
+                        conversation = long_answer_conversation(user, max_tokens=8)
+                        before = finished(b_url)
+                        _, end = answer(ws, conversation, "Hi")
+                        assert end["type"] == "chat.done", end
+                        if finished(b_url) > before:
+                            on_b = conversation
+                            break
+                    assert on_b is not None, "the router put 20 conversations on one replica"
+
+                    # A long answer on B, and B's server killed in the middle of it.
+                    services.conversation_update_settings(
+                        user=user, conversation_id=on_b, data={"max_tokens": 1024, "min_tokens": 1024}
+                    )
+                    send(ws, {"type": "chat.send", "conversation": on_b, "content": "Tell me a long story."})
+                    started = receive(ws)
+                    assert started["type"] == "chat.started", started
+                    assert receive(ws)["type"] == "chat.token"
+                    [b_server] = psutil.Process(replica_b.pid).children()
+                    b_server.send_signal(signal.SIGKILL)
+                    while (frame := receive(ws, timeout=90))["type"] == "chat.token":
+                        pass
+                    assert frame["type"] == "chat.error", frame
+                    assert frame["code"].startswith("engine_"), frame
+                    stored = Message.objects.get(pk=started["message"])
+                    assert stored.status in {"interrupted", "timeout"}, stored.status
+                    assert stored.content == frame["content"]
+
+                    # The next turn, sent at once, is answered by replica A, with a cold cache.
+                    services.conversation_update_settings(
+                        user=user, conversation_id=on_b, data={"max_tokens": 8, "min_tokens": 8}
+                    )
+                    a_before = finished(a_url)
+                    _, end = answer(ws, on_b, "Are you still there?")
+                    assert (end["type"], end.get("status")) == ("chat.done", "complete"), end
+                    assert finished(a_url) == a_before + 1
+
+                    # B comes back (its runinference starts a new server), the router takes it
+                    # back, and the conversation's turns reach B again.
+                    wait_for(
+                        lambda: engine_up(b_url) and healthy_behind(router_url).get(b_url) is True,
+                        600,
+                        "replica B back",
+                    )
+                    b_before = finished(b_url)
+                    _, end = answer(ws, on_b, "And now?")
+                    assert (end["type"], end.get("status")) == ("chat.done", "complete"), end
+                    assert finished(b_url) == b_before + 1
+        finally:
+            router.terminate()
+            router.wait(10)
+    # Nothing lost or doubled: each question has exactly one answer, the killed one interrupted.
+    answers = Message.objects.filter(conversation_id=on_b, role="assistant").order_by("pk")
+    statuses = [m.status for m in answers]
+    assert len(statuses) == 4 and statuses[1] in {"interrupted", "timeout"}, statuses
+    assert statuses[:1] + statuses[2:] == ["complete"] * 3, statuses
+    assert Message.objects.filter(conversation_id=on_b, role="user").count() == 4
+    assert "The engine stopped: killed by SIGKILL" in log.read_text()
