@@ -21,6 +21,7 @@ from django.conf import settings
 import redisconn
 from answers import admission, metrics, outcomes, ownership, watcher
 from answers.deadlines import Deadlines
+from answers.status import AnswerStatus
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
 from logcontext import bind_log_context
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 
 # Stops that end the answer here without ending it: another process continues it.
 LEAVING = frozenset({"superseded", "handover"})
-COMPLETE, STOPPED = "complete", "stopped"
 # The answers this process runs, by their registry name (answers.ownership): a stop from the same
 # process is a direct call, a drain waits for them, a scan never claims them.
 RUNNING: dict[int | str, "AnswerRun"] = {}
@@ -218,7 +218,7 @@ class AnswerRun:
 
     def _complete(self) -> Outcome:
         return Outcome(
-            status=COMPLETE,
+            status=AnswerStatus.COMPLETE,
             finish_reason=self.completion.finish_reason,
             note=self.note,
             prompt_tokens=self.completion.prompt_tokens,
@@ -230,7 +230,7 @@ class AnswerRun:
 
     def _stopped(self) -> Outcome:
         return Outcome(
-            status=STOPPED,
+            status=AnswerStatus.STOPPED,
             finish_reason="abort",
             note=" ".join(filter(None, [self.note, outcomes.STOP_NOTES.get(self._stop_reason, "")])),
             prompt_tokens=self.prompt_tokens,

@@ -39,14 +39,14 @@ PACES = ((0.0, 1024), (0.005, 512), (0.05, 128))
 
 
 class FastEngineProcess:
-    def __init__(self, interval: float, max_batch: int = 0) -> None:
+    def __init__(self, interval: float, max_batch: int = 0, step_growth: float = 0.0) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         port = self.url.rsplit(":", 1)[1]
-        self._log = log_file(f"fast-engine-{interval}-{max_batch}")
+        self._log = log_file(f"fast-engine-{interval}-{max_batch}-{step_growth}")
         self.process = subprocess.Popen(
             [
                 *(sys.executable, "-m", "bench.fast_engine", "--port", port, "--interval", str(interval)),
-                *("--max-batch", str(max_batch)),
+                *("--max-batch", str(max_batch), "--step-growth", str(step_growth)),
             ],
             cwd=ROOT,
             stdout=self._log,

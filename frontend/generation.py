@@ -42,7 +42,7 @@ from redis.exceptions import RedisError
 
 import redisconn
 from answers import admission, outcomes, ownership, watcher
-from answers.run import COMPLETE, RUNNING, STOPPED, AnswerRun, Outcome, cache_salt_for
+from answers.run import RUNNING, AnswerRun, Outcome, cache_salt_for
 from frontend import metrics, protocol, selectors, services, socket_auth, streams
 from frontend.models import Message
 from httpkit.errors import Refusal
@@ -182,7 +182,7 @@ class Generation(AnswerRun):
     async def finish(self, r: aioredis.Redis, outcome: Outcome) -> None:
         await database_sync_to_async(self._store)(outcome)
         content = self.text()
-        if outcome.status in {COMPLETE, STOPPED}:
+        if outcome.status in {Message.Status.COMPLETE, Message.Status.STOPPED}:
             frame = protocol.done(
                 self.message_id,
                 status=outcome.status,

@@ -66,7 +66,10 @@ def _event(body: dict) -> bytes:
 
 class StandInEngine:
     """`max_batch` (0: no limit): at most that many answers stream at once, as in a real engine's
-    batch; the rest wait their turn (their first token with them), reported as waiting.
+    batch; the rest wait their turn (their first token with them), reported as waiting. With
+    `step_growth` (and a `max_batch`), each stream's pace slows as the batch fills, as a real
+    engine's decode step lengthens with the sequences it carries: `interval` apart with one answer
+    running, `interval × (1 + step_growth)` with a full batch, in proportion between.
     `close_idle_after`: a connection that a request reaches after more than that many idle seconds
     is closed instead of answered, as an engine closes one idle past its keep-alive just as the
     request arrives. With `record`, `requests` keeps each request's (headers, JSON body)."""
@@ -79,6 +82,7 @@ class StandInEngine:
         interval: float = 0.0,
         model: str = "stand-in",
         max_batch: int = 0,
+        step_growth: float = 0.0,
         fault: Literal["hang", "stall", "cut"] | Refusal | ErrorEvent | None = None,
         gauges: Gauges | None = None,
         close_idle_after: float | None = None,
@@ -97,6 +101,8 @@ class StandInEngine:
         self.waiting = 0
         self.tokens = 0
         self.slots = asyncio.Semaphore(max_batch) if max_batch else None
+        self.max_batch = max_batch
+        self.step_growth = step_growth if max_batch else 0.0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one connection's requests, one after another (HTTP/1.1 keep-alive)."""
@@ -181,6 +187,12 @@ class StandInEngine:
         finally:
             self.slots.release()
 
+    def pace(self) -> float:
+        """Seconds to the next delta of each running answer, for the batch running now."""
+        if not self.step_growth:
+            return self.interval
+        return self.interval * (1 + self.step_growth * (self.running - 1) / max(self.max_batch - 1, 1))
+
     async def stream(self, body: dict, writer: asyncio.StreamWriter) -> bool:
         base = {"id": "chatcmpl-stand-in", "object": "chat.completion.chunk", "created": int(time.time())}
         base["model"] = body.get("model", self.model)
@@ -207,7 +219,7 @@ class StandInEngine:
                 self.tokens += 1
                 # Each delta its own write, other answers' writes between: a reader that keeps up
                 # gets one event a read; only one that falls behind finds several waiting.
-                await asyncio.sleep(self.interval)
+                await asyncio.sleep(self.pace())
                 await writer.drain()
             if self.fault == STALL:
                 await asyncio.Event().wait()

@@ -46,6 +46,7 @@ ERRORS: dict[str, ErrorCode] = {
     "timeout_total": ErrorCode(503, UNAVAILABLE),
     "interrupted": ErrorCode(503, UNAVAILABLE),
     "redis_unavailable": ErrorCode(503, UNAVAILABLE),
+    "history_unavailable": ErrorCode(503, UNAVAILABLE),
     "stream_unavailable": ErrorCode(503, UNAVAILABLE),
     "engine_unavailable": ErrorCode(503, UNAVAILABLE),
     "engine_timeout": ErrorCode(503, UNAVAILABLE),

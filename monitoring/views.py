@@ -7,6 +7,8 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from redis.exceptions import RedisError
 
+from httpkit.errors import Refusal
+from httpkit.json import error_response
 from monitoring import history, metrics
 from monitoring.access import by_token, may_read_metrics
 from monitoring.figures import dashboard_figures
@@ -52,5 +54,5 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
             figures["history"] = history.history_points()
         except RedisError as exc:
             detail = f"Redis did not answer ({exc}); the charts start now."
-            return JsonResponse({"error": {"code": "history_unavailable", "detail": detail}}, status=503)
+            return error_response(Refusal("history_unavailable", detail))
     return JsonResponse(figures)

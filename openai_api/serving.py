@@ -30,7 +30,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 import redisconn
 from answers import admission, ownership, watcher
-from answers.run import COMPLETE, AnswerRun, Outcome, cache_salt_for
+from answers.run import AnswerRun, Outcome, cache_salt_for
+from answers.status import AnswerStatus
 from frontend import services
 from httpkit.errors import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, TextDelta
@@ -109,7 +110,7 @@ class ApiAnswer(AnswerRun):
         except Exception:
             # The client has its answer; a failed write is logged, not raised into it.
             log.exception("API answer %s could not be recorded", self.id)
-        if outcome.status == COMPLETE:
+        if outcome.status == AnswerStatus.COMPLETE:
             self.events.put_nowait(
                 Completion(
                     outcome.finish_reason,

@@ -30,10 +30,22 @@ _ANSWERS = open(os.environ.get("LOAD_ANSWERS", os.devnull), "a", buffering=1)  #
 _TAKEN = {kind: itertools.count() for kind in ("ws", "sse", "api")}
 
 
+# With `--processes N` (LOAD_PROCESSES), each of locust's worker processes takes every Nth user made
+# up front, from its own index on, so no two workers hand out the same user.
+PROCESSES = int(os.environ.get("LOAD_PROCESSES", "1"))
+_ENVIRONMENT = []
+
+
+@events.init.add_listener
+def _keep_environment(environment, **_) -> None:
+    _ENVIRONMENT.append(environment)
+
+
 def identity(kind: str):
     """The next user of `kind` made up front; users beyond them share (their limits then bind sooner)."""
     pool = PLAN[kind]
-    return pool[next(_TAKEN[kind]) % len(pool)]
+    worker = getattr(_ENVIRONMENT[0].runner, "worker_index", 0) if _ENVIRONMENT else 0
+    return pool[(next(_TAKEN[kind]) * PROCESSES + max(worker, 0)) % len(pool)]
 
 
 def record(**fields) -> None:

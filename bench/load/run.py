@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import fields
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from django.conf import settings
 from bench import setup
 from bench.bench_relay import FastEngineProcess
 from bench.load.model import Model
+from bench.load.steps import Peaks, Profile, figures, take
 from bench.processes import (
     cluster_process,
     engine_config,
@@ -35,12 +37,13 @@ from bench.processes import (
     redis_running,
 )
 from harness.processes import ROOT
+from harness.stand_in_engine import StandInEngine
 
 
 @contextlib.contextmanager
 def engine(options: argparse.Namespace) -> Iterator[str]:
     if options.engine == "fast":
-        with FastEngineProcess(options.token_interval, options.max_batch) as fast:
+        with FastEngineProcess(options.token_interval, options.max_batch, options.step_growth) as fast:
             yield fast.url
     else:
         with engine_running(engine_config()) as url:
@@ -48,30 +51,45 @@ def engine(options: argparse.Namespace) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def product(options: argparse.Namespace, engine_url: str) -> Iterator[str]:
+def product(options: argparse.Namespace, engine_url: str) -> Iterator[tuple[str, list[int]]]:
+    """The product's base URL and its web processes' pids."""
     environment = {"CHAT_MAX_TOKENS": str(options.max_tokens), "LOG_LEVEL": "WARNING"}
     if options.topology == "cluster":
         if shutil.which("nginx") is None:
             raise SystemExit("TOPOLOGY=cluster needs nginx: apt-get install nginx")
-        with cluster_process(engine_url, options.web_processes, **environment) as (base, _):
-            yield base
+        with cluster_process(engine_url, options.web_processes, **environment) as (base, pids):
+            yield base, pids
     else:
-        with product_process(engine_url, **environment) as (base, _):
-            yield base
+        with product_process(engine_url, **environment) as (base, process):
+            yield base, [process.pid]
 
 
-def locust(options: argparse.Namespace, model: Model, base: str, plan: Path, out: Path) -> int:
+def engine_gap_ms(options: argparse.Namespace, running: float) -> float:
+    """The engine's own time between tokens with `running` answers in its batch (the fast engine's
+    pace, harness.stand_in_engine); vLLM's is read from its own metrics instead (0 here)."""
+    if options.engine != "fast":
+        return 0.0
+    engine = StandInEngine(
+        interval=options.token_interval, max_batch=options.max_batch, step_growth=options.step_growth
+    )
+    engine.running = max(int(running), 1)
+    return engine.pace() * 1000
+
+
+def locust(options: argparse.Namespace, model: Model, base: str, plan: Path, out: Path, users: int) -> int:
     env = dict(
         os.environ,
         **model.environment(),
         LOAD_PLAN=str(plan),
         LOAD_ANSWERS=str(out / "answers.jsonl"),
+        LOAD_PROCESSES=str(options.processes),
         PYTHONPATH=str(ROOT),
     )
     command = [
         *(sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "load" / "locustfile.py")),
-        *("--headless", "--host", base, "--users", str(options.users)),
+        *("--headless", "--host", base, "--users", str(users)),
         *("--spawn-rate", str(options.spawn_rate), "--run-time", f"{options.duration}s"),
+        *(("--processes", str(options.processes)) if options.processes > 1 else ()),
         # Users finish the turn they are in (up to an answer's timeout), so every answer seen is checked.
         *("--stop-timeout", str(int(model.answer_timeout)), "--csv", str(out / "locust")),
         *("--only-summary", "--exit-code-on-error", "0", "--logfile", str(out / "locust.log")),
@@ -86,12 +104,27 @@ def main() -> None:
 
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--users", type=int, default=50)
+    cli.add_argument(
+        "--steps",
+        type=lambda text: [int(users) for users in text.split(",")],
+        help="a ramp: users at each step (e.g. 1000,5000,10000), each --duration seconds; replaces --users",
+    )
     cli.add_argument("--spawn-rate", type=float, default=5)
+    cli.add_argument(
+        "--profile", action="store_true", help="sample the (first) web process with py-spy at each step"
+    )
+    cli.add_argument("--processes", type=int, default=1, help="locust's processes (its --processes)")
     cli.add_argument("--duration", type=int, default=120, help="seconds of load, after which users finish")
     cli.add_argument("--engine", choices=("fast", "vllm"), default="fast")
     cli.add_argument("--token-interval", type=float, default=0.02, help="fast engine: seconds between tokens")
     cli.add_argument(
         "--max-batch", type=int, default=256, help="fast engine: answers streamed at once; the rest wait"
+    )
+    cli.add_argument(
+        "--step-growth",
+        type=float,
+        default=1.0,
+        help="fast engine: how much slower each stream goes with a full batch than alone (1: twice as slow)",
     )
     cli.add_argument("--max-tokens", type=int, default=256, help="CHAT_MAX_TOKENS: tokens per answer")
     cli.add_argument("--topology", choices=("single", "cluster"), default="single")
@@ -104,19 +137,43 @@ def main() -> None:
     out = options.output / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     (out / "parameters.json").write_text(json.dumps(vars(options), default=str, indent=1))
-    with redis_running(), engine(options) as engine_url, product(options, engine_url) as base:
-        with population(options.users, model.weights) as (plan, usernames):
+    steps = options.steps or [options.users]
+    rows, results, codes = [], [], []
+    with redis_running(), engine(options) as engine_url, product(options, engine_url) as (base, pids):
+        with population(max(steps), model.weights) as (plan, usernames):
             plan_file = out / "plan.json"
             plan_file.write_text(json.dumps(plan))
+            idle = take(base, pids, settings.REDIS_URL)
             try:
-                code = locust(options, model, base, plan_file, out)
-                result = check_answers(out, usernames)
+                for users in steps:
+                    step = out / f"step-{users}" if options.steps else out
+                    step.mkdir(exist_ok=True)
+                    before = take(base, pids, settings.REDIS_URL)
+                    profile = Profile(pids[0], options.duration, step / "profile.txt")
+                    with (
+                        Peaks(base, pids, engine_url) as peaks,
+                        profile if options.profile else nullcontext(),
+                    ):
+                        codes.append(locust(options, model, base, plan_file, step, users))
+                    after = take(base, pids, settings.REDIS_URL)
+                    results.append(check_answers(step, usernames))
+                    gap = engine_gap_ms(options, peaks.engine_running)
+                    rows.append(
+                        {
+                            **figures(
+                                users, before, after, peaks, idle.rss_bytes, step / "locust_stats.csv", gap
+                            ),
+                            "check_passed": results[-1]["passed"],
+                            "profile": profile.top() if options.profile else None,
+                        }
+                    )
+                    (step / "check.json").write_text(json.dumps(results[-1], indent=1))
+                    print(summary(step / "locust_stats.csv", results[-1], step))
             finally:
                 plan_file.unlink()
-    result["locust_exit_code"] = code
-    (out / "check.json").write_text(json.dumps(result, indent=1))
-    print(summary(out / "locust_stats.csv", result, out))
-    if code != 0 or not result["passed"]:
+    (out / "steps.json").write_text(json.dumps(rows, indent=1))
+    print(json.dumps(rows, indent=1))
+    if any(codes) or not all(result["passed"] for result in results):
         raise SystemExit(1)
 
 

@@ -27,8 +27,8 @@ from bench.results import RESULTS, ROOT
 
 DOC = ROOT / "docs" / "benchmarks.md"
 # Everything from this line on in docs/benchmarks.md is written by people and kept across runs.
-# It is matched as the page has it, so its text stays as first written.
-NOTES = "<!-- notes: kept by bench/report.py -->"
+# It is matched as the page has it: a change to it is made on the page too, or the notes are lost.
+NOTES = "<!-- notes: kept by bench/report -->"
 # Each benchmark's result file by name, and the module that writes its section, in the page's order.
 SECTIONS = {
     "streaming": streaming,

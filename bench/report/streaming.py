@@ -105,7 +105,7 @@ def section(result: dict, folder: Path) -> str:
             *beside_parts(
                 result,
                 load(folder, "streaming_postgresql"),
-                "On PostgreSQL, the web process's pooled connections (chatsite/asgi.py)",
+                "On PostgreSQL, the web process's pooled connections (chatsite/settings.py, PROCESS_ROLE)",
                 "DATABASE_URL=postgres://... python -m bench.bench_streaming",
             ),
             *beside_parts(
@@ -233,9 +233,9 @@ more. Median time from the `chat.send` frame to the engine request at 32 chats, 
 A turn alone went from 5.1 to 1.0 ms (new conversation) and from 6.3 to 2.4 ms (existing one).
 Tried and dropped: storing turns on several threads at once (the GIL makes it no faster and the
 event loop slower), and leaving out the per-answer heartbeat and stop subscription (no change).
-Since then the web process reuses its database connections (chatsite/asgi.py: Django's PostgreSQL
-pool, which saves the 4.4 ms a new PostgreSQL connection costs each ORM call under ASGI, and kept
-SQLite connections, about 1 ms each), and `chat_turn_store_seconds` measures the wait for the
-database thread in every run (the table above). What is left is Python time in one event loop on a
-CPU the engine saturates; a host with cores to spare for the web tier, or several daphne processes,
-is the next thing to measure."""
+Since then the web process reuses its database connections (chatsite/settings.py, PROCESS_ROLE:
+Django's PostgreSQL pool, which saves the 4.4 ms a new PostgreSQL connection costs each ORM call
+under ASGI, and kept SQLite connections, about 1 ms each), and `chat_turn_store_seconds` measures
+the wait for the database thread in every run (the table above). What is left is Python time in one
+event loop on a CPU the engine saturates; a host with cores to spare for the web tier, or several
+daphne processes, is the next thing to measure."""
