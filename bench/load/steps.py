@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import psutil
 import redis
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness.processes import ROOT
+from inference.topology import metric_sums
 
 COUNTERS = (
     "chat_generations_total",
@@ -45,13 +45,7 @@ class Sample:
 
 
 def _counters(base: str) -> dict[str, float]:
-    text = httpx.get(base + "/metrics", timeout=30).text
-    found = dict.fromkeys(COUNTERS, 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in found:
-                found[sample.name] += sample.value
-    return found
+    return metric_sums(httpx.get(base + "/metrics", timeout=30).text, COUNTERS)
 
 
 def _processes(pids: list[int]) -> list[psutil.Process]:
@@ -109,12 +103,7 @@ class Peaks:
 
 def _engine_running(engine_url: str) -> float:
     text = httpx.get(engine_url + "/metrics", timeout=30).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "vllm:num_requests_running"
-    )
+    return metric_sums(text, ["vllm:num_requests_running"])["vllm:num_requests_running"]
 
 
 def _percentiles(stats: Path) -> dict[str, dict[str, float]]:
