@@ -64,6 +64,29 @@ def product(options: argparse.Namespace, engine_url: str) -> Iterator[tuple[str,
             yield base, [process.pid]
 
 
+@contextlib.contextmanager
+def bulk_job(options: argparse.Namespace, engine_url: str) -> Iterator[object | None]:
+    """With `--bulk N`: a Celery worker on the bulk queue and a job of N documents submitted as the
+    ramp begins, summarizing through the same engine below the chat's priority while it lasts."""
+    if not options.bulk:
+        yield None
+        return
+    from bench.bench_bulk_chat import celery_worker, document, submit_job
+
+    with celery_worker(engine_url):
+        yield submit_job([document(seed, 40) for seed in range(options.bulk)])
+
+
+def job_state(job) -> dict | None:
+    """The bulk job's status and documents done so far."""
+    if job is None:
+        return None
+    from jobs.selectors import job_progress
+
+    job.refresh_from_db()
+    return {"status": job.status, "done": job_progress(job=job).done}
+
+
 def engine_gap_ms(options: argparse.Namespace, running: float) -> float:
     """The engine's own time between tokens with `running` answers in its batch (the fast engine's
     pace, harness.stand_in_engine); vLLM's is read from its own metrics instead (0 here)."""
@@ -110,6 +133,7 @@ def main() -> None:
         help="a ramp: users at each step (e.g. 1000,5000,10000), each --duration seconds; replaces --users",
     )
     cli.add_argument("--spawn-rate", type=float, default=5)
+    cli.add_argument("--bulk", type=int, default=0, help="documents of a bulk job running in the background")
     cli.add_argument(
         "--profile", action="store_true", help="sample the (first) web process with py-spy at each step"
     )
@@ -140,7 +164,7 @@ def main() -> None:
     steps = options.steps or [options.users]
     rows, results, codes = [], [], []
     with redis_running(), engine(options) as engine_url, product(options, engine_url) as (base, pids):
-        with population(max(steps), model.weights) as (plan, usernames):
+        with population(max(steps), model.weights) as (plan, usernames), bulk_job(options, engine_url) as job:
             plan_file = out / "plan.json"
             plan_file.write_text(json.dumps(plan))
             idle = take(base, pids, settings.REDIS_URL)
@@ -165,6 +189,7 @@ def main() -> None:
                             ),
                             "check_passed": results[-1]["passed"],
                             "profile": profile.top() if options.profile else None,
+                            "bulk_job": job_state(job),
                         }
                     )
                     (step / "check.json").write_text(json.dumps(results[-1], indent=1))
