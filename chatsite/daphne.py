@@ -16,7 +16,7 @@ import asyncio
 import os
 import signal
 
-from chatsite.env import env_choice
+from chatsite.env import env_choice, env_int
 
 
 def use_event_loop() -> None:
@@ -27,6 +27,16 @@ def use_event_loop() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def with_backlog(endpoint: str) -> str:
+    """A TCP endpoint with WEB_LISTEN_BACKLOG connections waiting to be accepted. Twisted's default
+    is 50: when every page reconnects at once (a web process restarted, a deploy), more arrive
+    between two turns of a busy event loop, and the kernel drops the rest, which their clients see
+    as resets (docs/benchmarks.md, "Capacity"). Linux caps it at net.core.somaxconn."""
+    if not endpoint.startswith("tcp:") or ":backlog=" in endpoint:
+        return endpoint
+    return f"{endpoint}:backlog={env_int('WEB_LISTEN_BACKLOG', 4096, minimum=1)}"
+
+
 def server_class():
     """daphne's Server, draining on SIGTERM and taking over answers while it serves."""
     from daphne.server import Server, reactor
@@ -35,6 +45,7 @@ def server_class():
         def run(self) -> None:
             self.ports = []
             self.draining = None
+            self.endpoints = [with_backlog(endpoint) for endpoint in self.endpoints]
             reactor.callWhenRunning(self.serve_answers)
             super().run()
 

@@ -21,7 +21,6 @@ import httpx
 import psutil
 import redis
 
-from harness.processes import ROOT
 from inference.topology import metric_sums
 
 COUNTERS = (
@@ -190,6 +189,8 @@ class Profile:
         leaves, places = Counter(), Counter()
         for line in self.out.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
             frames = stack.split(";")
             leaves[frames[-1]] += int(count)
             for place in {_place(frame) for frame in frames}:
@@ -203,13 +204,8 @@ FRAME_FILE = re.compile(r"\((?P<file>[^:()]+)(?::\d+)?\)$")
 
 
 def _place(frame: str) -> str:
-    """The package a frame runs in: site-packages' top folder, or the product's."""
+    """The package or module a frame runs in, as py-spy names its file (`frontend/streams.py`,
+    `asyncio/streams.py`, `threading.py`): its first part."""
     found = FRAME_FILE.search(frame)
     path = found.group("file") if found else frame
-    if "site-packages/" in path:
-        return path.split("site-packages/", 1)[1].split("/", 1)[0]
-    if "/lib/python3" in path:
-        return "python:" + path.rsplit("/", 1)[1].removesuffix(".py")
-    if path.startswith(str(ROOT)):
-        return Path(path).relative_to(ROOT).parts[0]
-    return path
+    return path.split("/", 1)[0].removesuffix(".py")

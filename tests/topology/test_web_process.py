@@ -1,4 +1,5 @@
-"""The web process as the Procfile starts it: daphne on uvloop's event loop (chatsite/daphne.py)."""
+"""The web process as the Procfile starts it: daphne on uvloop's event loop, listening with a long
+accept queue (chatsite/daphne.py)."""
 
 import subprocess
 import sys
@@ -37,3 +38,12 @@ def test_daphne_builds_its_loop_of_the_configured_kind():
     assert loop_module(WEB_EVENT_LOOP="asyncio").stdout.strip() == "asyncio.unix_events"
     refused = loop_module(WEB_EVENT_LOOP="trio")
     assert refused.returncode != 0 and "WEB_EVENT_LOOP='trio': expected one of" in refused.stderr
+
+
+def test_the_running_web_process_listens_with_a_long_accept_queue(product_daphne):
+    """Twisted's default of 50 drops the connections of a reconnect storm; for a listening socket
+    `ss` shows the queue's length as its Send-Q."""
+    port = product_daphne.url.rsplit(":", 1)[1]
+    listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
+    somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
+    assert int(listening.split()[2]) == min(4096, somaxconn), listening
