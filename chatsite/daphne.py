@@ -34,7 +34,8 @@ def with_backlog(endpoint: str) -> str:
     as resets (docs/benchmarks.md, "Capacity"). Linux caps it at net.core.somaxconn."""
     if not endpoint.startswith("tcp:") or ":backlog=" in endpoint:
         return endpoint
-    return f"{endpoint}:backlog={env_int('WEB_LISTEN_BACKLOG', 4096, minimum=1)}"
+    backlog = env_int("WEB_LISTEN_BACKLOG", 4096, minimum=1)
+    return f"{endpoint}:backlog={backlog}"
 
 
 def server_class():
