@@ -193,10 +193,11 @@ def main() -> None:
                         }
                     )
                     (step / "check.json").write_text(json.dumps(results[-1], indent=1))
+                    # Written at each step: a later step that fails leaves the earlier ones' figures.
+                    (out / "steps.json").write_text(json.dumps(rows, indent=1))
                     print(summary(step / "locust_stats.csv", results[-1], step))
             finally:
                 plan_file.unlink()
-    (out / "steps.json").write_text(json.dumps(rows, indent=1))
     print(json.dumps(rows, indent=1))
     if any(codes) or not all(result["passed"] for result in results):
         raise SystemExit(1)

@@ -187,7 +187,7 @@ class Profile:
         if not self.out.exists():
             return {}
         leaves, places = Counter(), Counter()
-        for line in self.out.read_text().splitlines():
+        for line in self.out.read_text(errors="replace").splitlines():
             stack, _, count = line.rpartition(" ")
             if not count.isdigit():
                 continue
