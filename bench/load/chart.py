@@ -25,7 +25,8 @@ def _ms(value: float | None) -> str:
 def table(steps: list[dict]) -> str:
     head = (
         "| users | sockets open | answers/s | tokens/s | ttft p50 / p99 (WS) | gap p50 / p99 (WS) "
-        "| engine's gap | `busy` refusals | errors | web CPU | CPU ms / token | CPU ms / answer "
+        "| engine's gap | `busy` refusals | other errors | stored ≠ streamed "
+        "| web CPU | CPU ms / token | CPU ms / answer "
         "| KiB / connection | Redis ms/s, calls/token | DB ms / answer |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -35,7 +36,7 @@ def table(steps: list[dict]) -> str:
             f"| {s['tokens_per_second']:,.0f} "
             f"| {_ms(_p(s, 'ttft', 'WS', 'p50'))} / {_ms(_p(s, 'ttft', 'WS', 'p99'))} "
             f"| {_ms(_p(s, 'gap', 'WS', 'p50'))} / {_ms(_p(s, 'gap', 'WS', 'p99'))} | {s['engine_gap_ms']} "
-            f"| {s['busy_refusals']:,} | {0 if s['check_passed'] else 'see check.json'} "
+            f"| {s['busy_refusals']:,} | {s['errors_other_than_busy']:,} | {s['stored_unlike_streamed']} "
             f"| {s['web_cpu_share']:.0%} | {s['web_cpu_ms_per_token']} | {s['web_cpu_ms_per_answer']} "
             f"| {s['memory_kib_per_connection']} "
             f"| {s['redis_ms_per_second']}, {s['redis_calls_per_token']} | {s['database_ms_per_answer']} |"
@@ -55,7 +56,7 @@ def chart(steps: list[dict], path: Path) -> None:
         ]
         latency.plot(users, added, marker="o", label=f"{surface} gap p99 − engine's gap")
     latency.axhline(50, color="grey", linestyle="--", label="target: 50 ms added")
-    latency.set_xlabel("users connected")
+    latency.set_xlabel("users in the step")
     latency.set_ylabel("ms")
     latency.set_title("Added between-token p99")
     latency.legend(fontsize=8)
@@ -67,8 +68,8 @@ def chart(steps: list[dict], path: Path) -> None:
         marker="o",
         label="busy/s",
     )
-    rates.set_xlabel("users connected")
-    rates.set_title("Answers and refusals per second")
+    rates.set_xlabel("users in the step")
+    rates.set_title("Answers, refusals and errors per second")
     rates.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)

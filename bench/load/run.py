@@ -188,6 +188,9 @@ def main() -> None:
                                 users, before, after, peaks, idle.rss_bytes, step / "locust_stats.csv", gap
                             ),
                             "check_passed": results[-1]["passed"],
+                            "errors": results[-1]["errors"],
+                            "errors_other_than_busy": sum(results[-1]["errors"].values()),
+                            "stored_unlike_streamed": results[-1]["mismatch_count"],
                             "profile": profile.top() if options.profile else None,
                             "bulk_job": job_state(job),
                         }

@@ -26,6 +26,7 @@ from inference.topology import metric_sums
 COUNTERS = (
     "chat_generations_total",
     "chat_streamed_tokens_total",
+    "chat_completion_tokens_total",
     "chat_admission_refused_total",
     "chat_turn_store_seconds_sum",
     "chat_turn_store_seconds_count",
@@ -125,7 +126,9 @@ def figures(
     largest batch the step ran (the fast engine's pace for that batch)."""
     seconds = after.at - before.at
     delta = {name: after.counters[name] - before.counters[name] for name in COUNTERS}
-    answers, tokens = delta["chat_generations_total"], delta["chat_streamed_tokens_total"]
+    # Tokens as the engine counted them: a frame carries several when the web process falls behind.
+    answers, tokens = delta["chat_generations_total"], delta["chat_completion_tokens_total"]
+    frames = delta["chat_streamed_tokens_total"]
     cpu = after.cpu_seconds - before.cpu_seconds
     latency = _percentiles(stats)
     refusals = sum(row["count"] for name, row in latency.items() if " refused " in f" {name}")
@@ -135,6 +138,7 @@ def figures(
         "seconds": round(seconds, 1),
         "answers_per_second": round(answers / seconds, 2),
         "tokens_per_second": round(tokens / seconds, 1),
+        "frames_per_second": round(frames / seconds, 1),
         "ttft_ms": {k: latency[k] for k in latency if k.endswith(" ttft")},
         "gap_ms": {k: latency[k] for k in latency if k.endswith(" gap")},
         "engine_running_peak": peaks.engine_running,
