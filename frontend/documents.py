@@ -26,7 +26,7 @@ from documents.reader import document_text, file_limit
 from documents.text import DocumentError
 from frontend import selectors
 from frontend.models import ConversationDocument
-from httpkit.errors import Refusal, busy
+from httpkit.errors import Refusal, busy, not_found
 from inference.client import EngineClient, EngineError
 from redisconn import keys
 
@@ -86,7 +86,7 @@ async def document_attach(
     """Attach a file's text to one of the user's conversations, if it fits."""
     conversation = await sync_to_async(selectors.conversation_get)(user=user, conversation_id=conversation_id)
     if conversation is None:
-        raise Refusal("not_found", "no such conversation")
+        raise not_found("conversation")
     # Off the database's thread: every chat of this process waits on that one.
     name, data, format = await sync_to_async(_read, thread_sensitive=False)(upload)
     try:

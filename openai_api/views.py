@@ -15,7 +15,7 @@ from django.views.decorators.csrf import csrf_exempt
 from apitokens.auth import TokenRefused, bearer_token, token_user
 from apitokens.models import Scope
 from httpkit.errors import Refusal, unauthenticated
-from httpkit.json import read_json, retry_after_header
+from httpkit.json import error_response, read_json
 from httpkit.sse import event_stream, sse_event
 from inference.access import models_for
 from inference.client import Completion, TextDelta
@@ -31,10 +31,7 @@ def openai_errors(view: Callable) -> Callable:
         try:
             return await view(request, *args, **kwargs)
         except Refusal as refusal:
-            response = JsonResponse(protocol.error_body(refusal), status=refusal.status)
-            if refusal.retry_after:
-                response["Retry-After"] = retry_after_header(refusal.retry_after)
-            return response
+            return error_response(refusal, protocol.error_body(refusal))
 
     return csrf_exempt(wrapper)
 
