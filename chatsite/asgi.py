@@ -1,4 +1,5 @@
-"""ASGI entry point served by daphne: HTTP through Django, WebSockets through Channels."""
+"""ASGI entry point served by daphne: HTTP through Django, WebSockets through Channels, both behind
+the process's bound on the handshakes and requests it has taken and not yet answered."""
 
 import os
 
@@ -12,12 +13,35 @@ http_application = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from answers.metrics import admission_refused  # noqa: E402
+from frontend.protocol import refused  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
+from httpkit.errors import Refusal  # noqa: E402
+from httpkit.json import error_body  # noqa: E402
+from httpkit.pending import PendingBound  # noqa: E402
+from openai_api import protocol as openai  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": http_application,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+
+def json_body(scope: dict, refusal: Refusal) -> dict:
+    """The refusal in the shape its client reads: OpenAI's under /v1/, the product's elsewhere."""
+    if scope["path"].startswith("/v1/"):
+        return openai.error_body(refusal)
+    return error_body(refusal)
+
+
+application = PendingBound(
+    ProtocolTypeRouter(
+        {
+            "http": http_application,
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    ),
+    limit=settings.WEB_MAX_PENDING,
+    retry_after=settings.WEB_PENDING_RETRY_AFTER,
+    socket_frame=refused,
+    json_body=json_body,
+    on_refused=admission_refused,
+    exempt=("/healthz", "/metrics"),
 )

@@ -335,6 +335,11 @@ CHAT_SOCKET_FRAMES_PER_MINUTE = env_int("CHAT_SOCKET_FRAMES_PER_MINUTE", 120, mi
 CHAT_MAX_SOCKETS_PER_USER = env_int("CHAT_MAX_SOCKETS_PER_USER", 20, minimum=1)
 CHAT_CONVERSATION_CHANGES_PER_MINUTE = env_int("CHAT_CONVERSATION_CHANGES_PER_MINUTE", 30, minimum=1)
 CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
+# A web process's handshakes and requests taken and not yet answered (httpkit.pending): past this
+# many, the next is refused at once with `busy` (reason `web_pending`), a retry-after drawn from
+# WEB_PENDING_RETRY_AFTER, and nothing read. 0: no bound.
+WEB_MAX_PENDING = env_int("WEB_MAX_PENDING", 64, minimum=0)
+WEB_PENDING_RETRY_AFTER = (2.0, 8.0)
 # Attachments read at once (each in a child process of the web process, documents/).
 CHAT_DOCUMENT_READS_PER_USER = env_int("CHAT_DOCUMENT_READS_PER_USER", 1, minimum=1)
 CHAT_DOCUMENT_READS_PER_PROCESS = env_int("CHAT_DOCUMENT_READS_PER_PROCESS", 2, minimum=1)
@@ -403,6 +408,7 @@ if not DEBUG:
         )
 # Cookies: the session cookie is HttpOnly (Django's default); the CSRF cookie is read by the
 # chat's script to send X-CSRFToken, so it cannot be HttpOnly (it guards nothing by being secret).
+SESSION_ENGINE = "accounts.sessions"  # Django's database sessions, keeping the expiry they read
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = env_str("SESSION_COOKIE_SAMESITE", "Lax")
 if SESSION_COOKIE_SAMESITE not in ("Lax", "Strict"):

@@ -110,10 +110,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             redisconn.raise_if_cancelled()
 
     async def _close_when_the_session_expires(self) -> None:
+        # The handshake's read of the session found its expiry; later rounds read it again.
+        expiry = socket_auth.known_expiry(self.scope.get("session"))
         while True:
-            wait = socket_auth.seconds_until(
-                await database_sync_to_async(socket_auth.session_expiry)(self.session_key)
-            )
+            if expiry is None:
+                expiry = await database_sync_to_async(socket_auth.session_expiry)(self.session_key)
+            wait = socket_auth.seconds_until(expiry)
+            expiry = None
             if wait is None:
                 return
             await asyncio.sleep(wait + 1)

@@ -29,7 +29,11 @@ log = logging.getLogger(__name__)
 LOGIN_GROUP_KEY = "socket_group"
 CLOSE = {"type": "session.closed"}
 RECHECK = {"type": "session.recheck"}
-DATABASE_ENGINES = ("django.contrib.sessions.backends.db", "django.contrib.sessions.backends.cached_db")
+DATABASE_ENGINES = (
+    "accounts.sessions",
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.cached_db",
+)
 
 
 def login_group(session: SessionBase | None) -> str | None:
@@ -67,8 +71,13 @@ class LoggedOut(Exception):
     """The socket's session no longer logs its user in: the socket closes with 4401."""
 
 
+def known_expiry(session: SessionBase | None) -> datetime | None:
+    """The expiry the session's own read found (accounts.sessions), if it was read: no new query."""
+    return getattr(session, "expire_date", None)
+
+
 def session_expiry(session_key: str | None) -> datetime | None:
-    """When the session expires, as its store says (sync)."""
+    """When the session expires, as its store says (sync: it reads the store)."""
     if session_key is None:
         return None
     if settings.SESSION_ENGINE in DATABASE_ENGINES:

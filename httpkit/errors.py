@@ -93,6 +93,7 @@ BUSY_DETAILS = {
     "user_sockets": "Too many chat tabs or windows open; close one.",
     "user_changes": "Too many changes to conversations at once; try again shortly.",
     "draining": "This server is restarting; try again in a moment.",
+    "web_pending": "This server is busy; try again in a moment.",
     "user_document_reads": "Another of your documents is being read; attach this one when it is done.",
     "document_reads": "Many documents are being read right now; try again shortly.",
 }

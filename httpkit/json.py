@@ -47,12 +47,15 @@ def retry_after_header(seconds: float) -> str:
     return str(max(1, round(seconds)))
 
 
+def error_body(refusal: Refusal) -> dict:
+    """A refusal in the product's shape."""
+    return {"error": {"code": refusal.code, "detail": refusal.detail, **refusal.extra}}
+
+
 def error_response(refusal: Refusal, body: dict | None = None) -> JsonResponse:
     """A refusal as its JSON error response: in the product's shape, or as `body` (the OpenAI
     API's own shape), with the refusal's status and Retry-After either way."""
-    if body is None:
-        body = {"error": {"code": refusal.code, "detail": refusal.detail, **refusal.extra}}
-    response = JsonResponse(body, status=refusal.status)
+    response = JsonResponse(error_body(refusal) if body is None else body, status=refusal.status)
     if refusal.retry_after:
         response["Retry-After"] = retry_after_header(refusal.retry_after)
     return response

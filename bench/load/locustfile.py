@@ -20,6 +20,7 @@ import gevent
 import gevent.queue
 import websocket
 from locust import HttpUser, User, between, events, task
+from locust.exception import StopUser
 
 # Locust puts this folder on sys.path: the model comes alone, without the `bench` package (Django's side).
 from model import Model
@@ -100,6 +101,29 @@ def refused(surface: str, code: str, retry_after) -> None:
     gevent.sleep(min(float(retry_after or 1), MODEL.think_max))
 
 
+def fetch(user: HttpUser, surface: str, path: str, **kwargs):
+    """GET `path` as a page load does: a `busy` (429 with Retry-After: the web process is at its bound
+    on requests waiting) is waited out as told and tried again; the response once served, or None
+    when it failed (counted, and recorded for the check)."""
+    while True:
+        with user.client.get(path, name=path, catch_response=True, **kwargs) as response:
+            if response.status_code == 429:
+                response.success()
+                refused(surface, "busy", response.headers.get("Retry-After"))
+                continue
+            if not response.ok:
+                response.failure(f"HTTP {response.status_code}")
+                record(surface=surface.lower(), error=f"http_{response.status_code}", path=path)
+                return None
+            return response
+
+
+def refused_socket(frame: dict) -> bool:
+    """Whether `frame` is the web process's refusal of a handshake (reason `web_pending`): the socket
+    closes with 4429 after it."""
+    return frame.get("type") == "chat.error" and frame.get("reason") == "web_pending"
+
+
 def prompt() -> str:
     return f"Question {random.randrange(10**6)}: {random.choice(MODEL.prompts)}"
 
@@ -119,21 +143,46 @@ class ChatSocketUser(User):
     def on_stop(self) -> None:
         self.close()
 
-    def connect(self) -> None:
-        """Open the page's socket; a reader greenlet answers pings and queues the frames."""
-        started = time.perf_counter()
+    def connect(self, name: str = "connect") -> None:
+        """Open the page's socket; a reader greenlet answers pings and queues the frames. A web
+        process at its bound on handshakes accepts, sends its `busy` frame at once and closes (4429):
+        the page waits `retry_after` and opens again, as this does."""
         url = self.host.replace("http", "ws", 1) + "/ws/chat/"
-        try:
-            self.ws = websocket.create_connection(
-                url, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
-            )
-        except Exception as exc:
-            report("WS", "connect", (time.perf_counter() - started) * 1000, repr(exc))
-            record(surface="ws", error="connect", detail=repr(exc))
-            raise
-        report("WS", "connect", (time.perf_counter() - started) * 1000)
+        while True:
+            started = time.perf_counter()
+            try:
+                ws = websocket.create_connection(
+                    url, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
+                )
+            except Exception as exc:
+                report("WS", name, (time.perf_counter() - started) * 1000, repr(exc))
+                record(surface="ws", error="connect", detail=repr(exc))
+                raise
+            handshake = (time.perf_counter() - started) * 1000
+            frame = self._refusal(ws)
+            if frame is None:
+                break
+            ws.close()
+            refused("WS", "busy", frame.get("retry_after"))
+        report("WS", name, handshake)
+        self.ws = ws
         self.frames: gevent.queue.Queue = gevent.queue.Queue()
         self.reader = gevent.spawn(self._read, self.ws, self.frames)
+
+    @staticmethod
+    def _refusal(ws) -> dict | None:
+        """The refusal frame, which the web process sends with the handshake's answer; None when
+        nothing came within a moment (an accepted socket sends nothing until asked)."""
+        ws.settimeout(0.25)
+        try:
+            frame = json.loads(ws.recv())
+        except websocket.WebSocketTimeoutException:
+            return None
+        finally:
+            ws.settimeout(MODEL.answer_timeout)
+        if refused_socket(frame):
+            return frame
+        raise RuntimeError(f"unexpected first frame {frame!r}")
 
     @staticmethod
     def _read(ws, frames) -> None:
@@ -208,6 +257,11 @@ class ChatSocketUser(User):
                 timing.done()
                 record(surface="ws", message=message, status=frame["status"], text="".join(parts))
                 return message
+            elif refused_socket(frame):  # a refusal later than _refusal waited for: the socket closes
+                refused("WS", "busy", frame.get("retry_after"))
+                self.close()
+                self.connect()
+                return None
             elif kind == "chat.error":
                 if frame["code"] == "not_running":
                     continue  # the stop reached an answer that had just ended
@@ -221,9 +275,7 @@ class ChatSocketUser(User):
     def reload(self, message: int, seq: int) -> None:
         """What a reload mid-answer does: the page again, a new socket, and resume after the last token."""
         self.close()
-        started = time.perf_counter()
-        self.connect()
-        report("WS", "reload", (time.perf_counter() - started) * 1000)
+        self.connect("reload")
         self.send({"type": "chat.resume", "message": message, "after": seq})
 
 
@@ -249,7 +301,7 @@ class ChatFallbackUser(HttpUser):
 
     def on_start(self) -> None:
         self.client.cookies.set("sessionid", identity("sse"))
-        self.client.get("/", name="page")
+        fetch(self, "SSE", "/", headers={"Accept": "text/html"})
         self.headers = {
             "X-CSRFToken": self.client.cookies.get("csrftoken", ""),
             "Referer": self.host + "/",
@@ -365,8 +417,10 @@ class ApiProgram(HttpUser):
     def on_start(self) -> None:
         self.me = identity("api")
         self.headers = {"Authorization": f"Bearer {self.me['key']}"}
-        models = self.client.get("/v1/models", headers=self.headers, name="/v1/models").json()
-        self.model = models["data"][0]["id"]
+        models = fetch(self, "API", "/v1/models", headers=self.headers)
+        if models is None:  # failed, and recorded: this program stops
+            raise StopUser
+        self.model = models.json()["data"][0]["id"]
         self.history: list[dict] = []
 
     @task

@@ -41,6 +41,8 @@ export class Connection {
     const socket = new WebSocket(scheme + location.host + this.path);
     this.socket = socket;
     let opened = false;
+    let flushed = []; // what the outbox gave this socket as it opened
+    let refusal = null; // the web process's `busy` before it closed this socket with 4429
     const timer = setTimeout(() => { if (!opened) socket.close(); }, OPEN_TIMEOUT_MS);
     socket.addEventListener("open", () => {
       opened = true;
@@ -48,13 +50,27 @@ export class Connection {
       this.neverOpened = 0;
       this.retryDelay = 500;
       this.handlers.onOpen();
+      flushed = this.outbox.slice();
       while (this.outbox.length) this.send(this.outbox.shift());
     });
-    socket.addEventListener("message", (event) => this.handlers.onFrame(JSON.parse(event.data)));
+    socket.addEventListener("message", (event) => {
+      const frame = JSON.parse(event.data);
+      if (frame.type === "chat.error" && frame.reason === "web_pending") { refusal = frame; return; }
+      this.handlers.onFrame(frame);
+    });
     socket.addEventListener("close", (event) => {
       clearTimeout(timer);
       // 4401: the session no longer logs the user in (logout, expiry, account change); reconnecting cannot succeed.
       if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
+      // 4429: the web process had too many handshakes waiting and read nothing this socket sent. The
+      // frames it was given go back to the outbox, and the page opens again when it was told to.
+      if (event.code === 4429) {
+        this.outbox.unshift(...flushed);
+        this.handlers.onLost();
+        const wait = refusal && refusal.retry_after ? refusal.retry_after * 1000 : this.retryDelay;
+        setTimeout(() => this.open(), wait);
+        return;
+      }
       if (!opened && ++this.neverOpened >= FALLBACK_AFTER) { this.useHttp(); return; }
       if (opened) this.handlers.onLost();
       setTimeout(() => this.open(), this.retryDelay);

@@ -1,6 +1,9 @@
 """Where a proxy blocks WebSockets, the chat page streams over HTTP (POST /chat/stream, Server-Sent
 Events), with the same rendering, stop, and resume after a reload: Chromium, daphne, the real engine."""
 
+import json
+import time
+
 import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
@@ -89,3 +92,45 @@ def test_it_chats_stops_and_resumes_after_a_reload_over_http_when_websockets_are
     second = Message.objects.filter(conversation=conversation, role="assistant").order_by("pk").last()
     assert second.status == "stopped" and second.finish_reason == "abort"
     assert not lost_connection_said(page)
+
+
+def test_a_socket_refused_as_busy_opens_again_when_told_and_loses_no_message(page, product_server):
+    """A web process at its bound on handshakes accepts, says `busy` (reason `web_pending`, with
+    `retry_after`) and closes with 4429, reading nothing the page sent: the page waits as told,
+    opens again and sends once more what the refused socket was given; it does not take the
+    refusal for a blocked socket and go to HTTP. The first socket is refused at once, the second
+    once the page has sent the question into it, the third reaches the web process."""
+    get_user_model().objects.create_user("noor", password="pw-noor-123456")
+    opened = []
+    busy = {"type": "chat.error", "code": "busy", "detail": "This server is busy; try again in a moment."}
+
+    def refuse(ws):
+        ws.send(json.dumps({**busy, "reason": "web_pending", "retry_after": 3.0}))
+        ws.close(code=4429)
+
+    def route(ws):
+        opened.append(time.monotonic())
+        if len(opened) == 1:
+            refuse(ws)
+        elif len(opened) == 2:
+            ws.on_message(lambda message: refuse(ws))
+        else:
+            ws.connect_to_server()
+
+    page.route_web_socket("**/ws/chat/", route)
+    streams = []
+    page.on("request", lambda r: streams.append(r.url) if "/chat/stream" in r.url else None)
+    log_in(page, product_server, "noor", "pw-noor-123456", "/accounts/login/?next=/")
+    page.fill("#prompt", "Name one colour.")
+    page.keyboard.press("Enter")
+    expect(page.locator(".message.assistant .body").last).not_to_be_empty(timeout=90_000)
+    expect(page.locator(".message.assistant.generating")).to_have_count(0, timeout=90_000)
+    assert len(opened) == 3
+    # Each wait is the refusal's retry_after, not the reconnect backoff's 0.5 s.
+    assert opened[1] - opened[0] >= 2.5 and opened[2] - opened[1] >= 2.5
+    assert streams == []  # the socket, not the HTTP fallback
+    # The refusal is the connection's: had the chat read it, the question would be back in the composer.
+    expect(page.locator("#prompt")).to_have_value("")
+    question = Message.objects.get(role="user", conversation__owner__username="noor")
+    assert question.content == "Name one colour."
+    assert Message.objects.get(role="assistant", conversation=question.conversation).content

@@ -1,0 +1,124 @@
+"""A web process's bound on the work it has taken and not yet begun to answer.
+
+Every WebSocket handshake and HTTP request costs the process its most expensive part before the
+response starts: the session and the user read through its one database thread, a page rendered,
+a socket added to its groups. Past what its core does in a few seconds, more of them only wait:
+handshakes time out, requests queue for a pooled database connection and fail, and the clients,
+trying again, make the queue longer. `PendingBound` counts what is waiting for its response to
+start (a request until `http.response.start`, a handshake until it is accepted or closed) and,
+past `limit`, refuses at once, before anything is read: `busy` with reason `web_pending` and a
+`retry_after` spread over a range, so a storm of refused clients does not come back as one.
+
+A refused request gets its status (429) and `Retry-After`, with a JSON error body (the shape
+`json_body` gives, by path) or, for a browser asking for a page, a short page that reloads
+itself. A refused handshake is accepted, told in one frame (`socket_frame`) and closed with 4429
+(the socket's "try again later"), which the chat page reads as "reconnect after `retry_after`". A streaming
+response (SSE) counts until its first bytes: what it holds afterwards is the answer's admission's
+to bound, not this one's. Paths in `exempt` (health, metrics) are never refused.
+"""
+
+import html
+import json
+import random
+from collections.abc import Callable
+
+from httpkit.errors import Refusal, busy
+from httpkit.json import retry_after_header
+
+REASON = "web_pending"
+# The socket's close code: 4429, as the product's 4401 mirrors HTTP's 401. RFC 6455's registry has
+# 1013 (Try Again Later) for this, but daphne's WebSocket library sends only 1000 and 3000-4999.
+TRY_AGAIN_LATER = 4429
+
+
+class PendingBound:
+    def __init__(
+        self,
+        app,
+        *,
+        limit: int,
+        retry_after: tuple[float, float],
+        socket_frame: Callable[[Refusal], dict],
+        json_body: Callable[[dict, Refusal], dict],
+        on_refused: Callable[[str], None] = lambda reason: None,
+        exempt: tuple[str, ...] = (),
+    ):
+        self.app = app
+        self.limit = limit  # 0: no bound
+        self.retry_after = retry_after
+        self.socket_frame = socket_frame
+        self.json_body = json_body
+        self.on_refused = on_refused
+        self.exempt = exempt
+        self.pending = 0  # one event loop a process: no lock
+
+    async def __call__(self, scope, receive, send):
+        counted = scope["type"] in ("http", "websocket") and not scope["path"].startswith(self.exempt)
+        if not (counted and self.limit):
+            return await self.app(scope, receive, send)
+        if self.pending >= self.limit:
+            self.on_refused(REASON)
+            refusal = busy(REASON, random.uniform(*self.retry_after))
+            if scope["type"] == "websocket":
+                return await self._refuse_socket(refusal, receive, send)
+            return await self._refuse_request(scope, refusal, send)
+        self.pending += 1
+        started = False
+
+        def begun() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                self.pending -= 1
+
+        async def watched_send(message):
+            if message["type"] in ("http.response.start", "websocket.accept", "websocket.close"):
+                begun()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        finally:
+            begun()
+
+    async def _refuse_socket(self, refusal: Refusal, receive, send) -> None:
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "text": json.dumps(self.socket_frame(refusal))})
+        await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
+
+    async def _refuse_request(self, scope, refusal: Refusal, send) -> None:
+        wait = retry_after_header(refusal.retry_after)
+        if scope["method"] == "GET" and _wants_page(scope):
+            body = PAGE.format(wait=wait, detail=html.escape(refusal.detail)).encode()
+            content_type = b"text/html; charset=utf-8"
+        else:
+            body = json.dumps(self.json_body(scope, refusal)).encode()
+            content_type = b"application/json"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": refusal.status,
+                "headers": [
+                    (b"content-type", content_type),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"retry-after", wait.encode()),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def _wants_page(scope) -> bool:
+    accept = dict(scope.get("headers") or ()).get(b"accept", b"")
+    return b"text/html" in accept
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="{wait}">
+<title>Busy</title></head>
+<body><p>{detail}</p><p>This page tries again in {wait} seconds.</p></body></html>
+"""

@@ -1,0 +1,174 @@
+"""The web process's bound on handshakes and requests waiting for their response (httpkit.pending):
+past it, `busy` at once with a retry time, in the shape each client reads; below it, nothing changes."""
+
+import asyncio
+import json
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.testing import WebsocketCommunicator
+
+from chatsite.asgi import json_body
+from frontend.protocol import refused
+from httpkit.pending import TRY_AGAIN_LATER, PendingBound
+
+
+class HeldApp:
+    """An inner application that answers nothing until the test lets it: a request or handshake
+    held before its response starts, by construction."""
+
+    def __init__(self):
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def __call__(self, scope, receive, send):
+        self.calls += 1
+        if scope["path"].startswith("/fail"):
+            raise RuntimeError("the view failed")
+        if scope["type"] == "websocket":
+            await receive()
+            await self.release.wait()
+            await send({"type": "websocket.accept"})
+            await receive()  # until the client closes
+            return
+        await self.release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"].startswith("/stream"):
+            await self.release_stream.wait()
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+def bounded(app, limit=1, refusals=None):
+    return PendingBound(
+        app,
+        limit=limit,
+        retry_after=(2.0, 8.0),
+        socket_frame=refused,
+        json_body=json_body,
+        on_refused=(refusals.append if refusals is not None else lambda reason: None),
+        exempt=("/healthz", "/metrics"),
+    )
+
+
+def request(app, path, method="GET", headers=()):
+    scope = {"type": "http", "method": method, "path": path, "headers": list(headers), "query_string": b""}
+    return ApplicationCommunicator(app, scope)
+
+
+async def sent(app, path):
+    """A request sent in, which the application holds while the test goes on."""
+    communicator = request(app, path)
+    await communicator.send_input({"type": "http.request", "body": b""})
+    await asyncio.sleep(0.05)  # it is inside, waiting
+    return communicator
+
+
+async def response_of(communicator):
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(2)
+    body = await communicator.receive_output(2)
+    return start["status"], dict(start["headers"]), body["body"]
+
+
+async def test_it_refuses_a_request_past_the_bound_with_busy_and_a_spread_retry_time():
+    inner, refusals = HeldApp(), []
+    app = bounded(inner, refusals=refusals)
+    held = await sent(app, "/c/1/")
+    waits = set()
+    for _ in range(12):
+        status, headers, body = await response_of(request(app, "/api/conversations", "POST"))
+        assert status == 429
+        error = json.loads(body)["error"]
+        assert error["code"] == "busy" and error["reason"] == "web_pending"
+        assert 2.0 <= error["retry_after"] <= 8.0
+        assert headers[b"retry-after"] == str(max(1, round(error["retry_after"]))).encode()
+        waits.add(headers[b"retry-after"])
+    assert len(waits) > 1, "every refused client was told the same retry time"
+    assert inner.calls == 1 and refusals == ["web_pending"] * 12
+    inner.release.set()
+    assert (await held.receive_output(2))["status"] == 200
+
+
+async def test_a_refused_page_reloads_itself_and_the_openai_api_gets_its_own_shape():
+    inner = HeldApp()
+    app = bounded(inner)
+    held = await sent(app, "/")
+    status, headers, body = await response_of(request(app, "/", headers=[(b"accept", b"text/html,*/*")]))
+    assert status == 429 and headers[b"content-type"].startswith(b"text/html")
+    assert f'http-equiv="refresh" content="{headers[b"retry-after"].decode()}"'.encode() in body
+    status, headers, body = await response_of(request(app, "/v1/models"))
+    assert status == 429 and b"retry-after" in headers
+    assert json.loads(body)["error"]["type"] == "rate_limit_error"
+    assert json.loads(body)["error"]["code"] == "busy"
+    inner.release.set()
+    await held.receive_output(2)
+
+
+async def test_health_and_metrics_are_never_refused():
+    inner = HeldApp()
+    app = bounded(inner)
+    held = await sent(app, "/")
+    probe = await sent(app, "/healthz/live")
+    assert inner.calls == 2  # the probe reached the application
+    inner.release.set()
+    assert (await probe.receive_output(2))["status"] == 200
+    await held.receive_output(2)
+
+
+async def test_a_request_counts_until_its_response_starts_and_a_failure_gives_its_place_back():
+    inner = HeldApp()
+    inner.release_stream = asyncio.Event()
+    app = bounded(inner)
+    inner.release.set()
+    streaming = request(app, "/stream")
+    await streaming.send_input({"type": "http.request", "body": b""})
+    assert (await streaming.receive_output(2))["status"] == 200
+    # The stream still runs: it no longer counts, so the next request is served.
+    status, _, _ = await response_of(request(app, "/c/1/"))
+    assert status == 200
+    with pytest.raises(RuntimeError):
+        failing = request(app, "/fail")
+        await failing.send_input({"type": "http.request", "body": b""})
+        await failing.receive_output(2)
+    status, _, _ = await response_of(request(app, "/c/2/"))
+    assert status == 200
+    inner.release_stream.set()
+    assert app.pending == 0
+
+
+async def test_a_handshake_past_the_bound_is_told_busy_and_closed_with_4429():
+    inner = HeldApp()
+    app = bounded(inner)
+    waiting = WebsocketCommunicator(app, "/ws/chat/")
+    waiting_task = asyncio.ensure_future(waiting.connect(timeout=3))
+    await asyncio.sleep(0.05)
+    refused_socket = WebsocketCommunicator(app, "/ws/chat/")
+    connected, _ = await refused_socket.connect(timeout=2)
+    assert connected  # accepted only to say why it closes: a close before accept reads as HTTP 403
+    frame = await refused_socket.receive_json_from(timeout=2)
+    assert frame["type"] == "chat.error" and frame["code"] == "busy" and frame["reason"] == "web_pending"
+    assert 2.0 <= frame["retry_after"] <= 8.0
+    assert (await refused_socket.receive_output(2)) == {"type": "websocket.close", "code": TRY_AGAIN_LATER}
+    inner.release.set()
+    connected, _ = await waiting_task
+    assert connected
+    # Accepted: its place is given back, and the next handshake goes through.
+    another = WebsocketCommunicator(app, "/ws/chat/")
+    connected, _ = await another.connect(timeout=2)
+    assert connected and await another.receive_nothing(0.2)
+    assert inner.calls == 2
+    await waiting.disconnect()
+    await another.disconnect()
+
+
+async def test_no_bound_when_the_limit_is_zero():
+    inner = HeldApp()
+    app = bounded(inner, limit=0)
+    held = [request(app, f"/c/{n}/") for n in range(5)]
+    for communicator in held:
+        await communicator.send_input({"type": "http.request", "body": b""})
+    await asyncio.sleep(0.05)
+    assert inner.calls == 5
+    inner.release.set()
+    for communicator in held:
+        assert (await communicator.receive_output(2))["status"] == 200

@@ -1,0 +1,115 @@
+"""A storm of handshakes and page loads at a real web process (daphne, the test database, Redis)
+bounded at one waiting at a time (WEB_MAX_PENDING=1): each is served or refused at once with `busy`,
+its retry time and, for a socket, close code 4429; nothing fails otherwise, and every client that
+waits as told gets through. The session's expiry comes from the handshake's own read of its row."""
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from accounts.sessions import SessionStore
+from tests.chat_client import session_cookie
+from tests.conftest import running_daphne
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STORM = 24
+
+
+@pytest.fixture(scope="module")
+def bounded_server(django_db_setup, django_db_blocker, engine_url):
+    with running_daphne(engine_url, WEB_MAX_PENDING="1") as server:
+        yield server
+
+
+def handshake(url: str, origin: str, cookie: str, barrier: threading.Barrier) -> dict | None:
+    """Open a chat socket at the barrier: None when accepted (it stays quiet), or the refusal frame
+    with the close code it came with."""
+    barrier.wait()
+    cookie_header = {"Cookie": f"sessionid={cookie}"}
+    with connect(url, origin=origin, additional_headers=cookie_header, open_timeout=30) as ws:
+        try:
+            frame = json.loads(ws.recv(timeout=1.0))
+        except TimeoutError:
+            return None
+        try:
+            ws.recv(timeout=5)
+        except ConnectionClosed as closed:
+            return {**frame, "close": closed.rcvd.code}
+        raise AssertionError(f"a refused socket stayed open after {frame}")
+
+
+def storm(attempt, clients: int) -> list:
+    barrier = threading.Barrier(clients)
+    with ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(lambda _: attempt(barrier), range(clients)))
+
+
+def test_a_storm_of_handshakes_is_served_or_told_busy_and_every_retry_gets_through(bounded_server):
+    user = get_user_model().objects.create_user("storm", password="pw-storm-123")
+    cookies = [session_cookie(user) for _ in range(STORM)]
+    url = bounded_server.url.replace("http://", "ws://") + "/ws/chat/"
+    origin = bounded_server.url
+    refusals = []
+    # Every handshake reads the session and the user through the process's database thread, so
+    # STORM of them released at once overlap; a round where the process kept up is tried again.
+    for _ in range(5):
+        handed = iter(cookies)
+        outcomes = storm(lambda barrier, handed=handed: handshake(url, origin, next(handed), barrier), STORM)
+        refusals = [outcome for outcome in outcomes if outcome is not None]
+        if refusals:
+            break
+    assert refusals, "no handshake of the storm was ever refused at a bound of one"
+    for refusal in refusals:
+        assert refusal["type"] == "chat.error" and refusal["code"] == "busy", refusal
+        assert refusal["reason"] == "web_pending" and 2.0 <= refusal["retry_after"] <= 8.0
+        assert refusal["close"] == 4429
+    # Each refused client, trying again alone, is served.
+    for cookie in cookies[: len(refusals)]:
+        assert handshake(url, origin, cookie, threading.Barrier(1)) is None
+    metrics = httpx.get(bounded_server.url + "/metrics").text
+    assert 'reason="web_pending"' in metrics
+
+
+def test_a_storm_of_page_loads_gets_pages_or_busy_never_an_error(bounded_server):
+    user = get_user_model().objects.create_user("pages", password="pw-pages-123")
+    cookie = session_cookie(user)
+
+    def load(barrier):
+        barrier.wait()
+        page = {"cookies": {"sessionid": cookie}, "headers": {"Accept": "text/html"}}
+        return httpx.get(bounded_server.url + "/", timeout=30, **page)
+
+    statuses = set()
+    for _ in range(5):
+        responses = storm(load, STORM)
+        statuses = {r.status_code for r in responses}
+        assert statuses <= {200, 429}, statuses
+        if 429 in statuses:
+            break
+    assert statuses == {200, 429}
+    busy = next(r for r in responses if r.status_code == 429)
+    assert 2 <= int(busy.headers["Retry-After"]) <= 8
+    assert f'content="{busy.headers["Retry-After"]}"' in busy.text  # the page reloads itself then
+    # Health is never refused: a probe at a busy process must not read as a dead one.
+    assert httpx.get(bounded_server.url + "/healthz/live").status_code == 200
+
+
+def test_the_session_store_keeps_the_expiry_its_read_found():
+    store = SessionStore()
+    store["answer"] = 42
+    store.set_expiry(timezone.now() + timedelta(minutes=5))
+    store.save()
+    loaded = SessionStore(session_key=store.session_key)
+    assert loaded.expire_date is None
+    assert loaded["answer"] == 42
+    assert abs(loaded.expire_date - (timezone.now() + timedelta(minutes=5))) < timedelta(seconds=5)
+    assert SessionStore(session_key="no-such-session-key").load() == {}
