@@ -16,20 +16,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 
 from answers.metrics import admission_refused  # noqa: E402
+from chatsite.errors import json_body  # noqa: E402
 from frontend.protocol import refused  # noqa: E402
 from frontend.routing import websocket_urlpatterns  # noqa: E402
-from httpkit.errors import Refusal  # noqa: E402
-from httpkit.json import error_body  # noqa: E402
 from httpkit.pending import PendingBound  # noqa: E402
-from openai_api import protocol as openai  # noqa: E402
-
-
-def json_body(scope: dict, refusal: Refusal) -> dict:
-    """The refusal in the shape its client reads: OpenAI's under /v1/, the product's elsewhere."""
-    if scope["path"].startswith("/v1/"):
-        return openai.error_body(refusal)
-    return error_body(refusal)
-
 
 application = PendingBound(
     ProtocolTypeRouter(

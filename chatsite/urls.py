@@ -11,3 +11,6 @@ urlpatterns = [
     path("", include("apitokens.urls")),
     path("", include("frontend.urls")),
 ]
+
+# A request that waited out the database pool is refused as `busy`, not failed (chatsite.errors).
+handler500 = "chatsite.errors.server_error"

@@ -79,7 +79,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.expiry_watch.cancel()
         if hasattr(self, "socket_slot"):
             self.socket_slot.cancel()
-            await rates.frame_forget(self.channel_name)
             try:
                 await rates.socket_close(redisconn.client(), user_id=self.user.pk, socket=self.channel_name)
             except RedisError:

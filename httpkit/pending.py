@@ -10,7 +10,7 @@ past `limit`, refuses at once, before anything is read: `busy` with reason `web_
 `retry_after` spread over a range, so a storm of refused clients does not come back as one.
 
 A refused request gets its status (429) and `Retry-After`, with a JSON error body (the shape
-`json_body` gives, by path) or, for a browser asking for a page, a short page that reloads
+`json_body` gives for the path) or, for a browser asking for a page, a short page that reloads
 itself. A refused handshake is accepted, told in one frame (`socket_frame`) and closed with 4429
 (the socket's "try again later"), which the chat page reads as "reconnect after `retry_after`". A streaming
 response (SSE) counts until its first bytes: what it holds afterwards is the answer's admission's
@@ -39,7 +39,7 @@ class PendingBound:
         limit: int,
         retry_after: tuple[float, float],
         socket_frame: Callable[[Refusal], dict],
-        json_body: Callable[[dict, Refusal], dict],
+        json_body: Callable[[str, Refusal], dict],
         on_refused: Callable[[str], None] = lambda reason: None,
         exempt: tuple[str, ...] = (),
     ):
@@ -95,7 +95,7 @@ class PendingBound:
             body = PAGE.format(wait=wait, detail=html.escape(refusal.detail)).encode()
             content_type = b"text/html; charset=utf-8"
         else:
-            body = json.dumps(self.json_body(scope, refusal)).encode()
+            body = json.dumps(self.json_body(scope["path"], refusal)).encode()
             content_type = b"application/json"
         await send(
             {

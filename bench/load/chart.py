@@ -1,5 +1,6 @@
 """The ramp's table and chart for docs/benchmarks.md ("Capacity: users on one box") from a run's
-`steps.json`: `python -m bench.load.chart var/loadtest/<time> [--chart docs/benchmarks/capacity.png]`.
+`steps.json`: `python -m bench.load.chart var/loadtest/<time> [more runs] [--chart PNG]` (several
+runs: their steps in one table and chart, by users).
 Prints the Markdown table; the chart shows, against users connected, the added between-token p99
 over the engine's own (the target: 50 ms), answers per second and `busy` refusals per second.
 """
@@ -24,7 +25,8 @@ def _ms(value: float | None) -> str:
 
 def table(steps: list[dict]) -> str:
     head = (
-        "| users | sockets open | answers/s | tokens/s | ttft p50 / p99 (WS) | gap p50 / p99 (WS) "
+        "| users | sockets open | answers at once (peak) | answers/s | tokens/s "
+        "| ttft p50 / p99 (WS) | gap p50 / p99 (WS) "
         "| engine's gap | `busy` refusals | other errors | stored ≠ streamed "
         "| web CPU | CPU ms / token | CPU ms / answer "
         "| KiB / connection | Redis ms/s, calls/token | DB ms / answer |"
@@ -32,7 +34,8 @@ def table(steps: list[dict]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in steps:
         lines.append(
-            f"| {s['users']:,} | {s['sockets_open_peak']:,.0f} | {s['answers_per_second']} "
+            f"| {s['users']:,} | {s['sockets_open_peak']:,.0f} | {s['engine_running_peak']:.0f} "
+            f"| {s['answers_per_second']} "
             f"| {s['tokens_per_second']:,.0f} "
             f"| {_ms(_p(s, 'ttft', 'WS', 'p50'))} / {_ms(_p(s, 'ttft', 'WS', 'p99'))} "
             f"| {_ms(_p(s, 'gap', 'WS', 'p50'))} / {_ms(_p(s, 'gap', 'WS', 'p99'))} | {s['engine_gap_ms']} "
@@ -77,10 +80,11 @@ def chart(steps: list[dict], path: Path) -> None:
 
 def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cli.add_argument("run", type=Path, help="a run's folder under var/loadtest/")
+    cli.add_argument("runs", type=Path, nargs="+", help="runs' folders under var/loadtest/")
     cli.add_argument("--chart", type=Path)
     options = cli.parse_args()
-    steps = json.loads((options.run / "steps.json").read_text())
+    steps = [step for run in options.runs for step in json.loads((run / "steps.json").read_text())]
+    steps.sort(key=lambda step: step["users"])
     print(table(steps))
     if options.chart:
         chart(steps, options.chart)

@@ -6,7 +6,7 @@ login throttle is not what is measured) and hands them over in the plan file `LO
 that ends is appended to `LOAD_ANSWERS` for the end-of-run check against the store. The model's
 parameters come from the environment (`bench.load.model`). No Django here: locust's gevent runs it.
 
-Why one module of about 400 lines: locust loads one file of user classes, and the three kinds of
+Why one module of about 510 lines: locust loads one file of user classes, and the three kinds of
 user share the chat's frames, the answer check and the plan they read.
 """
 
@@ -24,6 +24,9 @@ from locust.exception import StopUser
 
 # Locust puts this folder on sys.path: the model comes alone, without the `bench` package (Django's side).
 from model import Model
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ProtocolError
+from urllib3.util.retry import Retry
 
 MODEL = Model.from_environment()
 PLAN = json.loads(open(os.environ["LOAD_PLAN"]).read()) if "LOAD_PLAN" in os.environ else {}
@@ -89,16 +92,38 @@ class Timing:
         report(self.surface, "total", (time.perf_counter() - self.started) * 1000)
 
 
-def refused(surface: str, code: str, retry_after) -> None:
+def refused(surface: str, code: str, retry_after, *, wait: bool = True) -> None:
     """`busy` is the product's answer past the knee: counted, not a failure, when it says when to try
-    again (`retry_after`); the user waits as told."""
+    again (`retry_after`); the user waits as told (unless `wait` is False: a refused stop leaves the
+    answer running, and its stream is read on)."""
     if retry_after is None:
         report(surface, f"refused {code}", 0, "no retry_after")
         record(surface=surface.lower(), error=f"{code}_without_retry_after")
         retry_after = 1
     else:
         report(surface, f"refused {code}", 0)
-    gevent.sleep(min(float(retry_after or 1), MODEL.think_max))
+    if wait:
+        gevent.sleep(min(float(retry_after or 1), MODEL.think_max))
+
+
+class DroppedConnection(Retry):
+    """Send a request again, once, when its kept-alive connection was closed by the server before any
+    response came (the server closes connections idle for a minute; a user thinking 30-120 s reuses
+    one just as it closes): what browsers and the openai SDK do. A read that timed out is not sent
+    again: that is a stall, which the run must see."""
+
+    def _is_read_error(self, err: Exception) -> bool:
+        return isinstance(err, ProtocolError)
+
+
+def http_client(user: HttpUser) -> None:
+    adapter = HTTPAdapter(
+        # Statuses are the user's to read (a 429's Retry-After above all), never retried here.
+        max_retries=DroppedConnection(
+            total=1, connect=1, read=1, status=0, allowed_methods=None, respect_retry_after_header=False
+        )
+    )
+    user.client.mount("http://", adapter)
 
 
 def fetch(user: HttpUser, surface: str, path: str, **kwargs):
@@ -124,6 +149,13 @@ def refused_socket(frame: dict) -> bool:
     return frame.get("type") == "chat.error" and frame.get("reason") == "web_pending"
 
 
+def arrive() -> None:
+    """A user who has just opened the page asks a first question after a wait drawn between 0 and
+    the longest think time: a step's users, arriving at the spawn rate, then ask as users already
+    thinking at random would, not all at once as they arrive."""
+    gevent.sleep(random.uniform(0, MODEL.think_max))
+
+
 def prompt() -> str:
     return f"Question {random.randrange(10**6)}: {random.choice(MODEL.prompts)}"
 
@@ -139,6 +171,7 @@ class ChatSocketUser(User):
         self.conversation = None
         self.ws = None
         self.connect()
+        arrive()
 
     def on_stop(self) -> None:
         self.close()
@@ -300,8 +333,10 @@ class ChatFallbackUser(HttpUser):
     wait_time = between(MODEL.think_min, MODEL.think_max)
 
     def on_start(self) -> None:
+        http_client(self)
         self.client.cookies.set("sessionid", identity("sse"))
         fetch(self, "SSE", "/", headers={"Accept": "text/html"})
+        arrive()
         self.headers = {
             "X-CSRFToken": self.client.cookies.get("csrftoken", ""),
             "Referer": self.host + "/",
@@ -368,12 +403,7 @@ class ChatFallbackUser(HttpUser):
                 state["parts"].append(event["token"])
                 timing.token()
                 if stop_at is not None and len(state["parts"]) == stop_at:
-                    self.client.post(
-                        "/chat/stop",
-                        json={"message": state["message"]},
-                        headers=self.headers,
-                        name="/chat/stop",
-                    )
+                    self.stop_answer(state["message"])
                     stop_at = None
                 if reload_at is not None and len(state["parts"]) == reload_at:
                     return "reload"
@@ -394,6 +424,16 @@ class ChatFallbackUser(HttpUser):
         report("SSE", "answer", 0, "stream ended without done")
         return "error"
 
+    def stop_answer(self, message: int) -> None:
+        """Stop the answer, as the page's stop button does; a `busy` refusal leaves it running."""
+        body = {"message": message}
+        with self.client.post(
+            "/chat/stop", json=body, headers=self.headers, name="/chat/stop", catch_response=True
+        ) as response:
+            if response.status_code == 429:
+                response.success()
+                refused("SSE", "busy", response.headers.get("Retry-After"), wait=False)
+
     def failed(self, response) -> None:
         try:
             code = response.json()["error"]["code"]
@@ -404,7 +444,7 @@ class ChatFallbackUser(HttpUser):
             refused("SSE", "busy", response.headers.get("Retry-After"))
             return None
         response.failure(code)
-        record(surface="sse", error=code, status=response.status_code)
+        record(surface="sse", error=code, status=response.status_code, detail=repr(response.error))
         return None
 
 
@@ -415,6 +455,7 @@ class ApiProgram(HttpUser):
     wait_time = between(MODEL.think_min, MODEL.think_max)
 
     def on_start(self) -> None:
+        http_client(self)
         self.me = identity("api")
         self.headers = {"Authorization": f"Bearer {self.me['key']}"}
         models = fetch(self, "API", "/v1/models", headers=self.headers)
@@ -422,6 +463,7 @@ class ApiProgram(HttpUser):
             raise StopUser
         self.model = models.json()["data"][0]["id"]
         self.history: list[dict] = []
+        arrive()
 
     @task
     def completion(self) -> None:
@@ -441,13 +483,17 @@ class ApiProgram(HttpUser):
             timeout=MODEL.answer_timeout,
         ) as response:
             if response.status_code != 200:
-                code = response.json().get("error", {}).get("code") if response.content else None
+                try:
+                    code = response.json().get("error", {}).get("code")
+                except ValueError:  # no body (the connection failed), or not JSON
+                    code = None
                 if code == "busy":
                     response.success()
                     self.history.pop()
                     return refused("API", "busy", response.headers.get("Retry-After"))
                 response.failure(code or response.status_code)
-                record(surface="api", error=str(code or response.status_code), user=self.me["username"])
+                error = str(code or response.status_code)
+                record(surface="api", error=error, user=self.me["username"], detail=repr(response.error))
                 self.history.pop()
                 return None
             for _, data in sse_events(response):

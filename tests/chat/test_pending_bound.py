@@ -1,5 +1,6 @@
 """The web process's bound on handshakes and requests waiting for their response (httpkit.pending):
-past it, `busy` at once with a retry time, in the shape each client reads; below it, nothing changes."""
+past it, `busy` at once with a retry time, in the shape each client reads; below it, nothing changes.
+A request that waited out the database pool is `busy` too, not a 500 (chatsite.errors)."""
 
 import asyncio
 import json
@@ -7,8 +8,11 @@ import json
 import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.testing import WebsocketCommunicator
+from django.db import OperationalError
+from django.test import RequestFactory
+from psycopg_pool import PoolTimeout
 
-from chatsite.asgi import json_body
+from chatsite.errors import json_body, server_error
 from frontend.protocol import refused
 from httpkit.pending import TRY_AGAIN_LATER, PendingBound
 
@@ -172,3 +176,36 @@ async def test_no_bound_when_the_limit_is_zero():
     inner.release.set()
     for communicator in held:
         assert (await communicator.receive_output(2))["status"] == 200
+
+
+def failed(path: str, error: Exception):
+    """What the 500 handler answers for a request to `path` that failed with `error`."""
+    try:
+        raise error
+    except Exception:
+        return server_error(RequestFactory().get(path))
+
+
+def pool_timeout() -> Exception:
+    """A database error as Django raises it when the pool lent no connection in time."""
+    try:
+        raise PoolTimeout("couldn't get a connection after 10.00 sec")
+    except PoolTimeout as timeout:
+        try:
+            raise OperationalError(str(timeout)) from timeout
+        except OperationalError as error:
+            return error
+
+
+def test_a_request_that_waited_out_the_database_pool_is_busy_not_an_error():
+    response = failed("/api/conversations", pool_timeout())
+    assert response.status_code == 429 and response["Retry-After"] == "2"
+    error = json.loads(response.content)["error"]
+    assert error["code"] == "busy" and error["reason"] == "database_pool" and error["retry_after"] == 2.0
+    openai = json.loads(failed("/v1/chat/completions", pool_timeout()).content)["error"]
+    assert openai["type"] == "rate_limit_error" and openai["code"] == "busy"
+
+
+def test_any_other_failure_is_still_a_server_error():
+    assert failed("/api/conversations", OperationalError("server closed the connection")).status_code == 500
+    assert failed("/", RuntimeError("a bug")).status_code == 500
