@@ -33,5 +33,7 @@ application = PendingBound(
     socket_frame=refused,
     json_body=json_body,
     on_refused=admission_refused,
-    exempt=("/healthz", "/metrics"),
+    # Never refused: probes (a busy process must not read as a dead one), and the page's own scripts
+    # and styles where the web process serves them (a browser does not retry a refused script).
+    exempt=("/healthz", "/metrics", "/" + settings.STATIC_URL.lstrip("/")),
 )

@@ -10,12 +10,14 @@ counted with them. Any other failure is Django's own 500.
 import sys
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.views import defaults
 from psycopg_pool import PoolTimeout
 
 from answers.metrics import admission_refused
 from httpkit.errors import Refusal, busy
-from httpkit.json import error_body, error_response
+from httpkit.json import error_body, error_response, retry_after_header
+from httpkit.pending import busy_page
 from openai_api import protocol as openai
 
 POOL_REASON = "database_pool"
@@ -30,9 +32,11 @@ def json_body(path: str, refusal: Refusal) -> dict:
 
 def waited_for_the_pool(error: BaseException | None) -> bool:
     """Whether `error`, or what it was raised from, is the pool's timeout (Django wraps it)."""
-    while error is not None:
+    seen = set()
+    while error is not None and id(error) not in seen:
         if isinstance(error, PoolTimeout):
             return True
+        seen.add(id(error))
         error = error.__cause__ or error.__context__
     return False
 
@@ -42,5 +46,9 @@ def server_error(request, template_name: str = defaults.ERROR_500_TEMPLATE_NAME)
     if waited_for_the_pool(sys.exc_info()[1]):
         admission_refused(POOL_REASON)
         refusal = busy(POOL_REASON, settings.CHAT_BUSY_RETRY_AFTER)
+        if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
+            response = HttpResponse(busy_page(refusal), status=refusal.status)
+            response["Retry-After"] = retry_after_header(refusal.retry_after)
+            return response
         return error_response(refusal, json_body(request.path, refusal))
     return defaults.server_error(request, template_name)

@@ -12,6 +12,7 @@ import logging
 from functools import partial
 
 import orjson
+from autobahn.exception import Disconnected
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from redis.exceptions import RedisError
@@ -217,6 +218,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     def _forgotten(self, message_id: int, task: asyncio.Task) -> None:
         if self.followers.get(message_id) is task:
             del self.followers[message_id]
+        error = None if task.cancelled() else task.exception()
+        # A frame for a socket its client has just closed (a reload mid-answer) goes nowhere, and that
+        # is no error: the answer goes on, and the client resumes it. Anything else is logged.
+        if error is not None and not isinstance(error, Disconnected):
+            log.error("forwarding answer %s failed", message_id, exc_info=error)
 
     async def _forward(self, message_id: int, after: int) -> None:
         """Send the answer's frames after token `after`, live, until it ends."""

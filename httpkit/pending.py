@@ -92,7 +92,7 @@ class PendingBound:
     async def _refuse_request(self, scope, refusal: Refusal, send) -> None:
         wait = retry_after_header(refusal.retry_after)
         if scope["method"] == "GET" and _wants_page(scope):
-            body = PAGE.format(wait=wait, detail=html.escape(refusal.detail)).encode()
+            body = busy_page(refusal).encode()
             content_type = b"text/html; charset=utf-8"
         else:
             body = json.dumps(self.json_body(scope["path"], refusal)).encode()
@@ -115,6 +115,11 @@ class PendingBound:
 def _wants_page(scope) -> bool:
     accept = dict(scope.get("headers") or ()).get(b"accept", b"")
     return b"text/html" in accept
+
+
+def busy_page(refusal: Refusal) -> str:
+    """What a browser asking for a page is shown: the refusal, and a reload after its Retry-After."""
+    return PAGE.format(wait=retry_after_header(refusal.retry_after), detail=html.escape(refusal.detail))
 
 
 PAGE = """<!doctype html>

@@ -120,7 +120,13 @@ def http_client(user: HttpUser) -> None:
     adapter = HTTPAdapter(
         # Statuses are the user's to read (a 429's Retry-After above all), never retried here.
         max_retries=DroppedConnection(
-            total=1, connect=1, read=1, status=0, allowed_methods=None, respect_retry_after_header=False
+            total=1,
+            connect=1,
+            read=1,
+            status=0,
+            other=0,  # a read timeout falls here: a stall, which the run must see
+            allowed_methods=None,
+            respect_retry_after_header=False,
         )
     )
     user.client.mount("http://", adapter)
@@ -181,8 +187,8 @@ class ChatSocketUser(User):
         process at its bound on handshakes accepts, sends its `busy` frame at once and closes (4429):
         the page waits `retry_after` and opens again, as this does."""
         url = self.host.replace("http", "ws", 1) + "/ws/chat/"
+        started = time.perf_counter()  # what the user waits: refusals and their waits included
         while True:
-            started = time.perf_counter()
             try:
                 ws = websocket.create_connection(
                     url, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
@@ -191,13 +197,13 @@ class ChatSocketUser(User):
                 report("WS", name, (time.perf_counter() - started) * 1000, repr(exc))
                 record(surface="ws", error="connect", detail=repr(exc))
                 raise
-            handshake = (time.perf_counter() - started) * 1000
+            opened = (time.perf_counter() - started) * 1000
             frame = self._refusal(ws)
             if frame is None:
                 break
             ws.close()
             refused("WS", "busy", frame.get("retry_after"))
-        report("WS", name, handshake)
+        report("WS", name, opened)
         self.ws = ws
         self.frames: gevent.queue.Queue = gevent.queue.Queue()
         self.reader = gevent.spawn(self._read, self.ws, self.frames)

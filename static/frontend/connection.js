@@ -25,6 +25,7 @@ export class Connection {
     this.retryDelay = 500;
     this.neverOpened = 0; // tries in a row that never opened
     this.http = null; // the HTTP transport, once the socket has been given up
+    this.unheard = null;
   }
 
   useHttp() {
@@ -41,8 +42,11 @@ export class Connection {
     const socket = new WebSocket(scheme + location.host + this.path);
     this.socket = socket;
     let opened = false;
-    let flushed = []; // what the outbox gave this socket as it opened
-    let refusal = null; // the web process's `busy` before it closed this socket with 4429
+    let refusal = null; // the web process's `busy` (reason web_pending) before it closed this socket
+    // Frames sent on this socket before it answered anything: a web process that refused the socket
+    // read none of them, and they go back to the outbox. Not what onOpen sends (a resume), which the
+    // next onOpen sends again.
+    this.unheard = null;
     const timer = setTimeout(() => { if (!opened) socket.close(); }, OPEN_TIMEOUT_MS);
     socket.addEventListener("open", () => {
       opened = true;
@@ -50,22 +54,28 @@ export class Connection {
       this.neverOpened = 0;
       this.retryDelay = 500;
       this.handlers.onOpen();
-      flushed = this.outbox.slice();
+      this.unheard = [];
       while (this.outbox.length) this.send(this.outbox.shift());
     });
     socket.addEventListener("message", (event) => {
       const frame = JSON.parse(event.data);
-      if (frame.type === "chat.error" && frame.reason === "web_pending") { refusal = frame; return; }
+      if (frame.type === "chat.error" && frame.reason === "web_pending") {
+        refusal = frame;
+        if (this.socket === socket) this.socket = null; // what is sent from now on waits in the outbox
+        return;
+      }
+      this.unheard = null;
       this.handlers.onFrame(frame);
     });
     socket.addEventListener("close", (event) => {
       clearTimeout(timer);
       // 4401: the session no longer logs the user in (logout, expiry, account change); reconnecting cannot succeed.
       if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
-      // 4429: the web process had too many handshakes waiting and read nothing this socket sent. The
-      // frames it was given go back to the outbox, and the page opens again when it was told to.
-      if (event.code === 4429) {
-        this.outbox.unshift(...flushed);
+      // 4429 (or its frame, whatever the close said): the web process had too many handshakes waiting
+      // and read nothing this socket sent. The page opens again when it was told to.
+      if (event.code === 4429 || refusal) {
+        this.outbox.unshift(...(this.unheard || []));
+        this.unheard = null;
         this.handlers.onLost();
         const wait = refusal && refusal.retry_after ? refusal.retry_after * 1000 : this.retryDelay;
         setTimeout(() => this.open(), wait);
@@ -83,6 +93,7 @@ export class Connection {
     if (this.http) return this.http.send(frame);
     if (this.socket && this.socket.readyState === WebSocket.OPEN) {
       this.socket.send(JSON.stringify(frame));
+      if (this.unheard) this.unheard.push(frame);
       return true;
     }
     this.outbox.push(frame);

@@ -1,5 +1,6 @@
 """The chat consumer's handling of bad frames and faults, with a fault-injecting engine."""
 
+import asyncio
 import json
 
 import pytest
@@ -167,3 +168,19 @@ async def test_it_says_the_engine_is_starting_when_it_cannot_be_reached_while_it
         closing["detail"]
         == "The engine is starting: sizing its KV cache and warming up; try again in a moment."
     )
+
+
+async def test_a_frame_for_a_socket_its_client_closed_is_not_logged_as_an_error(caplog):
+    from autobahn.exception import Disconnected
+
+    async def fails(error):
+        raise error
+
+    consumer = ChatConsumer()
+    consumer.followers = {}
+    for error in (Disconnected("Attempt to send on a closed protocol"), ValueError("a bug")):
+        task = asyncio.ensure_future(fails(error))
+        await asyncio.wait([task])
+        consumer._forgotten(1, task)
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert errors == ["forwarding answer 1 failed"]

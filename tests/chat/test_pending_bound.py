@@ -108,6 +108,13 @@ async def test_a_refused_page_reloads_itself_and_the_openai_api_gets_its_own_sha
     await held.receive_output(2)
 
 
+def test_the_product_never_refuses_its_probes_nor_its_static_files():
+    from chatsite.asgi import application
+
+    assert application.exempt == ("/healthz", "/metrics", "/static/")
+    assert application.limit == 64
+
+
 async def test_health_and_metrics_are_never_refused():
     inner = HeldApp()
     app = bounded(inner)
@@ -178,12 +185,12 @@ async def test_no_bound_when_the_limit_is_zero():
         assert (await communicator.receive_output(2))["status"] == 200
 
 
-def failed(path: str, error: Exception):
+def failed(path: str, error: Exception, **headers):
     """What the 500 handler answers for a request to `path` that failed with `error`."""
     try:
         raise error
     except Exception:
-        return server_error(RequestFactory().get(path))
+        return server_error(RequestFactory().get(path, **headers))
 
 
 def pool_timeout() -> Exception:
@@ -204,6 +211,12 @@ def test_a_request_that_waited_out_the_database_pool_is_busy_not_an_error():
     assert error["code"] == "busy" and error["reason"] == "database_pool" and error["retry_after"] == 2.0
     openai = json.loads(failed("/v1/chat/completions", pool_timeout()).content)["error"]
     assert openai["type"] == "rate_limit_error" and openai["code"] == "busy"
+
+
+def test_a_page_that_waited_out_the_pool_reloads_itself():
+    response = failed("/", pool_timeout(), HTTP_ACCEPT="text/html")
+    assert response.status_code == 429 and response["Retry-After"] == "2"
+    assert b'http-equiv="refresh" content="2"' in response.content
 
 
 def test_any_other_failure_is_still_a_server_error():

@@ -26,7 +26,8 @@ STORM = 24
 
 @pytest.fixture(scope="module")
 def bounded_server(django_db_setup, django_db_blocker, engine_url):
-    with running_daphne(engine_url, WEB_MAX_PENDING="1") as server:
+    # One user's STORM sockets at once: the per-user bound on sockets (20) is not what is tested.
+    with running_daphne(engine_url, WEB_MAX_PENDING="1", CHAT_MAX_SOCKETS_PER_USER="100") as server:
         yield server
 
 
