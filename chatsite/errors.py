@@ -17,7 +17,7 @@ from psycopg_pool import PoolTimeout
 from answers.metrics import admission_refused
 from httpkit.errors import Refusal, busy
 from httpkit.json import error_body, error_response, retry_after_header
-from httpkit.pending import busy_page
+from httpkit.pending import busy_page, wants_page
 from openai_api import protocol as openai
 
 POOL_REASON = "database_pool"
@@ -46,7 +46,7 @@ def server_error(request, template_name: str = defaults.ERROR_500_TEMPLATE_NAME)
     if waited_for_the_pool(sys.exc_info()[1]):
         admission_refused(POOL_REASON)
         refusal = busy(POOL_REASON, settings.CHAT_BUSY_RETRY_AFTER)
-        if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
+        if wants_page(request.method, request.headers.get("Accept", "")):
             response = HttpResponse(busy_page(refusal), status=refusal.status)
             response["Retry-After"] = retry_after_header(refusal.retry_after)
             return response

@@ -91,7 +91,8 @@ class PendingBound:
 
     async def _refuse_request(self, scope, refusal: Refusal, send) -> None:
         wait = retry_after_header(refusal.retry_after)
-        if scope["method"] == "GET" and _wants_page(scope):
+        accept = dict(scope.get("headers") or ()).get(b"accept", b"").decode("latin-1")
+        if wants_page(scope["method"], accept):
             body = busy_page(refusal).encode()
             content_type = b"text/html; charset=utf-8"
         else:
@@ -112,9 +113,9 @@ class PendingBound:
         await send({"type": "http.response.body", "body": body})
 
 
-def _wants_page(scope) -> bool:
-    accept = dict(scope.get("headers") or ()).get(b"accept", b"")
-    return b"text/html" in accept
+def wants_page(method: str, accept: str) -> bool:
+    """Whether a refused request is a browser's page load, answered with `busy_page` (else JSON)."""
+    return method == "GET" and "text/html" in accept
 
 
 def busy_page(refusal: Refusal) -> str:
