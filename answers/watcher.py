@@ -7,8 +7,7 @@ web process arrives on the answer's pub/sub channel, or, when it was sent before
 listened, as a key that is read once it listens.
 
 One subscription per event loop hears the stops of all the answers the loop generates (a
-pattern over their channels), held while any answer runs: a subscription of each answer's
-own cost a Redis connection of its own, opened and closed with every answer. Losing Redis
+pattern over their channels, redisconn.subscription), held while any answer runs. Losing Redis
 does not lose a stop: the subscription is made again, and then the keys of the answers it
 serves are read.
 """
@@ -20,117 +19,50 @@ from functools import partial
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 import redisconn
 from answers import admission, ownership
 from eventloops import PerLoop
 from redisconn import keys
+from redisconn.subscription import Subscription
 
 log = logging.getLogger(__name__)
-
-# How long an answer waits for its process's subscription before it goes on without it (its
-# stops are then read from their keys once the subscription is made).
-SUBSCRIBE_WAIT_SECONDS = redisconn.CONNECT_TIMEOUT
-# A subscription that hears nothing, not even the reply to its own ping, for this long is
-# taken for lost: a connection cut without a reset would otherwise read as a quiet one.
-PING_SECONDS = 10.0
 
 
 class _Stops:
     """The stops of the answers of one event loop: whom to call for each, and the subscription
-    that hears them, up while there is anyone to call."""
+    that hears them (redisconn.subscription), up while there is anyone to call."""
 
     def __init__(self) -> None:
         self._stoppers: dict[int, Callable[[], None]] = {}
-        self._listener: asyncio.Task | None = None
-        self._subscribed: asyncio.Future | None = None
+        self._subscription = Subscription(
+            "stop requests",
+            keys.CHAT_STOP_CHANNELS,
+            self._deliver,
+            pattern=True,
+            # Stops sent before it was up (by answers that did not wait, or while it was lost)
+            # were left as keys.
+            resubscribed=self._requested_meanwhile,
+        )
 
     async def add(self, r: aioredis.Redis, message_id: int, stop: Callable[[], None]) -> None:
         """Call `stop` for each stop of `message_id` published from once this returns.
         TimeoutError when the subscription is not up within SUBSCRIBE_WAIT_SECONDS: stops
         sent meanwhile are then read from their keys once it is."""
         self._stoppers[message_id] = stop
-        if self._listener is None:
-            subscribed = self._subscribed = asyncio.get_running_loop().create_future()
-            # Read here as well, so an outcome no answer waited for is never reported as unread.
-            subscribed.add_done_callback(lambda done: done.cancelled() or done.exception())
-            self._listener = asyncio.create_task(self._listen(r, subscribed), name="chat-stop-listener")
-            self._listener.add_done_callback(lambda task: self._ended(task, subscribed))
-        await asyncio.wait_for(asyncio.shield(self._subscribed), SUBSCRIBE_WAIT_SECONDS)
+        await self._subscription.wait(r)
 
     def discard(self, message_id: int, stop: Callable[[], None]) -> None:
         # Only its own entry: an id handed out again may already belong to a newer answer.
         if self._stoppers.get(message_id) is stop:
             del self._stoppers[message_id]
-        if not self._stoppers and self._listener is not None:
-            self._listener.cancel()
-            self._listener = self._subscribed = None
+        if not self._stoppers:
+            self._subscription.stop()
 
-    def _ended(self, task: asyncio.Task, subscribed: asyncio.Future) -> None:
-        if not subscribed.done():  # answers still waiting go on as if it had timed out
-            subscribed.set_exception(TimeoutError("the subscription ended"))
-        if self._listener is task:  # it ended on its own, not cancelled by discard
-            self._listener = self._subscribed = None
-        if not task.cancelled() and task.exception() is not None:
-            log.error("stop requests: the subscription ended", exc_info=task.exception())
-
-    async def _listen(self, r: aioredis.Redis, subscribed: asyncio.Future) -> None:
-        delay = 0.5
-        while True:
-            try:
-                async with r.pubsub() as pubsub:
-                    await self._subscribe(pubsub)
-                    if not subscribed.done():
-                        subscribed.set_result(None)
-                    elif delay > 0.5:
-                        log.info("stop requests: subscribed again")
-                    # Stops sent before it was up (by answers that did not wait, or while it
-                    # was lost) were left as keys.
-                    await self._requested_meanwhile(r)
-                    delay = 0.5
-                    await self._hear(pubsub)
-            except (RedisError, OSError) as exc:
-                redisconn.raise_if_cancelled()
-                log.warning("stop requests: lost Redis (%s); subscribing again in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-
-    async def _subscribe(self, pubsub: aioredis.client.PubSub) -> None:
-        # Up once Redis confirms it, not once it is sent: a stop published before then is not heard.
-        await pubsub.psubscribe(keys.CHAT_STOP_CHANNELS)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SUBSCRIBE_WAIT_SECONDS
-        while (left := deadline - loop.time()) > 0:
-            message = await pubsub.get_message(timeout=left)
-            redisconn.raise_if_cancelled()
-            if message is not None and message["type"] == "psubscribe":
-                return
-        raise RedisConnectionError("no confirmation of the subscription")
-
-    async def _hear(self, pubsub: aioredis.client.PubSub) -> None:
-        loop = asyncio.get_running_loop()
-        heard = pinged = loop.time()
-        while True:
-            # A bounded wait: redis-py can swallow the cancellation that discard sends.
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            redisconn.raise_if_cancelled()
-            now = loop.time()
-            if message is not None:
-                heard = now
-                if message["type"] == "pmessage":
-                    self._deliver(message["channel"])
-            if now - heard > 2 * PING_SECONDS:
-                raise RedisConnectionError(f"nothing heard for {now - heard:.0f}s")
-            if now - pinged > PING_SECONDS:
-                await pubsub.ping()
-                pinged = now
-
-    def _deliver(self, channel: bytes | str) -> None:
-        name = channel.decode() if isinstance(channel, bytes) else str(channel)
+    def _deliver(self, channel: str, data: bytes) -> None:
         try:
-            message_id = int(name.rsplit(":", 1)[1])
+            message_id = int(channel.rsplit(":", 1)[1])
         except (IndexError, ValueError):
             return
         stop = self._stoppers.get(message_id)

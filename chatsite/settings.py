@@ -140,12 +140,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6380/0")
-CHANNEL_LAYERS = {
-    "default": {
-        "BACKEND": "frontend.layers.ReconnectingRedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
-    }
-}
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

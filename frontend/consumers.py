@@ -9,6 +9,8 @@ frames (stop, new messages) while tokens flow.
 
 import asyncio
 import logging
+import secrets
+from datetime import datetime
 from functools import partial
 
 import orjson
@@ -20,7 +22,7 @@ from redis.exceptions import RedisError
 import redisconn
 from answers import metrics as answer_metrics
 from answers.drain import draining
-from frontend import metrics, protocol, rates, selectors, services, socket_auth, streams
+from frontend import metrics, protocol, rates, selectors, services, socket_auth, sockets, streams
 from frontend.generation import answer_start, answer_stop, follow
 from frontend.models import Message
 from httpkit.errors import Refusal
@@ -34,6 +36,10 @@ ANSWER_FRAMES = frozenset({"chat.send", "chat.edit", "chat.regenerate", "chat.co
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
+    # No channel of the channel layer for each socket: what the process's sockets are told
+    # reaches them through frontend.sockets.
+    channel_layer_alias = None
+
     @classmethod
     async def encode_json(cls, content: dict) -> str:
         # Every token goes out through here: orjson, as the answers' Redis frames.
@@ -46,88 +52,81 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             # A draining process takes no new socket: the page reconnects, to another process.
             await self.close()
             return
+        self.user_id = self.user.pk
+        self.socket_id = secrets.token_hex(8)
         try:
-            await rates.socket_open(redisconn.client(), user_id=self.user.pk, socket=self.channel_name)
+            await rates.socket_open(redisconn.client(), user_id=self.user_id, socket=self.socket_id)
         except Refusal as refusal:
             # Refused at the handshake (HTTP 403), before the page can send a frame into a socket
             # about to close; the page retries with its backoff.
             answer_metrics.admission_refused(refusal.extra["reason"])
-            log.info("chat socket refused: user %s holds %s sockets", self.user.pk, refusal.extra["reason"])
+            log.info("chat socket refused: user %s holds %s sockets", self.user_id, refusal.extra["reason"])
             await self.close()
             return
         self.followers: dict[int, asyncio.Task] = {}
-        self.socket_slot = asyncio.create_task(self._hold_socket_slot())
-        # Logout closes the login's sockets; changes to the user make them check again
-        # (frontend.socket_auth, frontend.signals).
+        # The slot's lease is refreshed, and logout closes the login's sockets while changes to the
+        # user make them check again, for all the process's sockets together (frontend.sockets).
         session = self.scope.get("session")
         self.session_key = session.session_key if session is not None else None
-        self.auth_groups = [
-            g for g in (socket_auth.login_group(session), socket_auth.user_group(self.user.pk)) if g
-        ]
-        for group in self.auth_groups:
-            await self.channel_layer.group_add(group, self.channel_name)
+        groups = [g for g in (socket_auth.login_group(session), socket_auth.user_group(self.user_id)) if g]
+        sockets.held().add(self, groups)
         await self.accept()
         metrics.websocket_opened()
-        self.expiry_watch = asyncio.create_task(self._close_when_the_session_expires())
+        self._watch_expiry(socket_auth.known_expiry(session), read=True)
 
     async def disconnect(self, code: int) -> None:
         """Stop forwarding; the answers themselves keep generating for a later resume."""
-        if hasattr(self, "followers"):
-            metrics.websocket_closed()
-        for task in list(getattr(self, "followers", {}).values()):
+        if not hasattr(self, "followers"):
+            return
+        metrics.websocket_closed()
+        for task in list(self.followers.values()):
             task.cancel()
-        if hasattr(self, "expiry_watch"):
+        if self.expiry_watch is not None:
             self.expiry_watch.cancel()
-        if hasattr(self, "socket_slot"):
-            self.socket_slot.cancel()
-            try:
-                await rates.socket_close(redisconn.client(), user_id=self.user.pk, socket=self.channel_name)
-            except RedisError:
-                log.warning("could not give back a socket slot; its lease expires")
-        for group in getattr(self, "auth_groups", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        sockets.held().discard(self)
+        try:
+            await rates.socket_close(redisconn.client(), user_id=self.user_id, socket=self.socket_id)
+        except RedisError:
+            log.warning("could not give back a socket slot; its lease expires")
 
-    async def session_closed(self, event: dict) -> None:
-        """The session logged out: close with 4401 so the page goes to the login form."""
-        await self.close(code=4401)
-
-    async def session_recheck(self, event: dict) -> None:
-        """The user changed (deactivated, new password, deleted): close unless still logged in."""
-        if not await self._still_logged_in():
+    async def notice(self, kind: str) -> None:
+        """A notice for the socket's groups (frontend.sockets): the session logged out (close with
+        4401, so the page goes to the login form), or the user changed (deactivated, new password,
+        deleted: close unless still logged in)."""
+        if kind == socket_auth.CLOSE or not await self._still_logged_in():
             await self.close(code=4401)
 
     async def _still_logged_in(self) -> bool:
-        return await database_sync_to_async(socket_auth.still_logged_in)(self.user.pk, self.session_key)
+        return await database_sync_to_async(socket_auth.still_logged_in)(self.user_id, self.session_key)
 
-    async def _hold_socket_slot(self) -> None:
-        r = redisconn.client()
-        while True:
-            await asyncio.sleep(rates.SOCKET_LEASE_SECONDS / 3)
-            try:
-                await rates.socket_refresh(r, user_id=self.user.pk, socket=self.channel_name)
-            except RedisError:
-                log.warning("could not refresh a socket slot", exc_info=True)
-            redisconn.raise_if_cancelled()
+    expiry_watch: asyncio.TimerHandle | asyncio.Task | None = None
 
-    async def _close_when_the_session_expires(self) -> None:
-        # The handshake's read of the session found its expiry; later rounds read it again.
-        expiry = socket_auth.known_expiry(self.scope.get("session"))
-        while True:
-            if expiry is None:
-                expiry = await database_sync_to_async(socket_auth.session_expiry)(self.session_key)
-            wait = socket_auth.seconds_until(expiry)
-            expiry = None
-            if wait is None:
-                return
-            await asyncio.sleep(wait + 1)
-            if not await self._still_logged_in():  # else it was extended: wait for the new expiry
-                await self.close(code=4401)
-                return
+    def _watch_expiry(self, expiry: datetime | None, *, read: bool = False) -> None:
+        """Check the login again when the session expires: a timer, not a task that waits; with
+        `read`, and no expiry known from the handshake, read it first."""
+        if expiry is None and read:
+            self.expiry_watch = asyncio.create_task(self._read_expiry())
+            return
+        wait = socket_auth.seconds_until(expiry)
+        if wait is not None:
+            self.expiry_watch = asyncio.get_running_loop().call_later(wait + 1, self._expired)
+
+    async def _read_expiry(self) -> None:
+        self._watch_expiry(await database_sync_to_async(socket_auth.session_expiry)(self.session_key))
+
+    def _expired(self) -> None:
+        self.expiry_watch = asyncio.create_task(self._check_expired())
+
+    async def _check_expired(self) -> None:
+        if not await self._still_logged_in():
+            await self.close(code=4401)
+        else:  # it was extended: wait for the new expiry
+            await self._read_expiry()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
         """Decode one frame and dispatch it by type ("chat.send" -> chat_send)."""
         try:
-            await rates.frame_check(self.channel_name)
+            await rates.frame_check(self.socket_id)
             if text_data is None:
                 raise Refusal("binary_frame", "frames must be JSON text")
             frame = protocol.decode(text_data)

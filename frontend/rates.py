@@ -75,8 +75,17 @@ async def socket_open(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
         raise errors.busy("user_sockets", settings.CHAT_BUSY_RETRY_AFTER)
 
 
-async def socket_refresh(r: aioredis.Redis, *, user_id: int, socket: str) -> None:
-    await r.zadd(keys.chat_user_sockets(user_id), {socket: time.time() + SOCKET_LEASE_SECONDS}, xx=True)
+async def sockets_refresh(r: aioredis.Redis, sockets: list[tuple[int, str]], chunk: int = 1000) -> None:
+    """Renew the leases of `sockets` (user id, socket), still held, and their users' sets, which
+    would otherwise expire a lease after their last acquire: one pipeline for each `chunk`."""
+    until = time.time() + SOCKET_LEASE_SECONDS
+    for start in range(0, len(sockets), chunk):
+        async with r.pipeline(transaction=False) as pipe:
+            for user_id, socket in sockets[start : start + chunk]:
+                key = keys.chat_user_sockets(user_id)
+                pipe.zadd(key, {socket: until}, xx=True)
+                pipe.expire(key, SOCKET_LEASE_SECONDS + 1)
+            await pipe.execute()
 
 
 async def socket_close(r: aioredis.Redis, *, user_id: int, socket: str) -> None:

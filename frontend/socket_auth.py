@@ -16,19 +16,20 @@ from datetime import datetime
 from importlib import import_module
 from types import SimpleNamespace
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user, get_user_model
 from django.contrib.sessions.backends.base import SessionBase
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+import redisconn
+from frontend import sockets
+
 log = logging.getLogger(__name__)
 
 LOGIN_GROUP_KEY = "socket_group"
-CLOSE = {"type": "session.closed"}
-RECHECK = {"type": "session.recheck"}
+CLOSE = "session.closed"
+RECHECK = "session.recheck"
 DATABASE_ENGINES = (
     "accounts.sessions",
     "django.contrib.sessions.backends.db",
@@ -91,13 +92,14 @@ def seconds_until(moment: datetime | None) -> float | None:
     return None if moment is None else max(0.0, (moment - timezone.now()).total_seconds())
 
 
-def send(group: str | None, event: dict) -> None:
-    """Tell a group's sockets, in every web process. Without Redis, the change that asked it (a
-    logout, a new password, a user made before Redis runs, as `make run` does) still happens: no
-    socket hears it at once, and each still checks again before the next frame it acts on."""
+def send(group: str | None, kind: str) -> None:
+    """Tell a group's sockets, in every web process (frontend.sockets). Without Redis, the change
+    that asked it (a logout, a new password, a user made before Redis runs, as `make run` does)
+    still happens: no socket hears it at once, and each still checks again before the next frame
+    it acts on."""
     if not group:
         return
     try:
-        async_to_sync(get_channel_layer().group_send)(group, event)
+        sockets.publish(redisconn.sync_client(), group, kind)
     except (RedisError, OSError):
-        log.warning("could not tell the sockets of %s to %s: Redis unavailable", group, event["type"])
+        log.warning("could not tell the sockets of %s to %s: Redis unavailable", group, kind)

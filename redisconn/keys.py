@@ -12,6 +12,8 @@ CHAT_ACTIVE = "chat:generations:active"
 # Every answer's stop channel (chat_stop_channel), as a pattern: one subscription of a web
 # process hears them all (answers.watcher).
 CHAT_STOP_CHANNELS = "chat:stop:*"
+# Logouts and user changes, for the chat sockets of every web process (frontend.sockets).
+CHAT_SOCKET_NOTICES = "chat:sockets:notices"
 # Every running answer, scored by its owner's last heartbeat (answers.ownership).
 CHAT_ANSWERS = "chat:answers"
 # Per-minute chat message windows, per user id (answers.admission).

@@ -36,7 +36,7 @@ def _test_database(url: str) -> str:
     return urlunsplit(parts._replace(path="/14" if configured == "15" else "/15"))
 
 
-# Read again with the suite's REDIS_URL, so everything made from it (the channel layer,
+# Read again with the suite's REDIS_URL, so everything made from it (the socket notices,
 # the Celery broker) follows.
 # os.environ's, not product.REDIS_URL: chatsite.settings was read above, before the bundled
 # Redis's free port was chosen, and holds `make run`'s fixed default.

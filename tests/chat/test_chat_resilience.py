@@ -22,13 +22,13 @@ from django.utils import timezone
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from answers import ownership, watcher
+from answers import ownership
 from frontend import consumers, services, streams
 from frontend.generation import Generation
 from frontend.models import Conversation, Message
 from harness.waiting import until
 from redisconn import client as redis_client
-from redisconn import keys
+from redisconn import keys, subscription
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine
 
@@ -177,7 +177,7 @@ async def test_a_stop_sent_while_the_subscription_was_lost_is_heard_when_it_is_b
 
 
 async def test_a_subscription_that_goes_quiet_is_made_again_and_hears_the_stop_it_missed(alice, monkeypatch):
-    monkeypatch.setattr(watcher, "PING_SECONDS", 0.2)
+    monkeypatch.setattr(subscription, "PING_SECONDS", 0.2)
     (generation,) = await hanging_answers(alice, 1)
     handle, subscribe = PubSub.handle_message, PubSub.psubscribe
     cut = asyncio.Event()

@@ -62,13 +62,8 @@ def test_it_keeps_no_password_the_operator_chose(settings, tmp_path):
 
 @pytest.fixture
 def redis_not_running_yet(settings):
-    """The channel layer at a port nothing listens on: `make run` makes its users before it starts Redis."""
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            **settings.CHANNEL_LAYERS["default"],
-            "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
-        }
-    }
+    """Redis at a port nothing listens on: `make run` makes its users before it starts Redis."""
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
 
 
 @pytest.mark.django_db
