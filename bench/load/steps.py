@@ -181,11 +181,23 @@ class Profile:
             str(self.seconds),
         ]
         command += ["--rate", "50", "--format", "raw", "--nonblocking", "--output", str(self.out)]
-        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        # py-spy's own account goes beside the samples. Attaching sometimes fails at once ("Failed to
+        # find python version from target process"), which left a step without its profile: it is
+        # tried again then, a few times.
+        self._log = self.out.with_suffix(".log").open("w")
+        for _ in range(3):
+            self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+            try:
+                if self._process.wait(2) == 0:
+                    break
+            except subprocess.TimeoutExpired:
+                break  # sampling
         return self
 
     def __exit__(self, *exc) -> None:
-        self._process.wait(60)
+        status = self._process.wait(60)
+        self._log.write(f"py-spy exit status: {status}\n")
+        self._log.close()
 
     def top(self, most: int = 12) -> dict[str, list[tuple[str, float]]]:
         if not self.out.exists():
