@@ -4,6 +4,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,6 +13,7 @@ from pathlib import Path
 import psutil
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import IntegrityError
 from django.test import Client
 
 from deploy.supervisor import Topology, write
@@ -151,11 +153,28 @@ def bench_users(count: int) -> Iterator[list[str]]:
     the users and their conversations are deleted afterwards."""
     users = [get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:12]}") for _ in range(count)]
     try:
-        cookies = []
-        for user in users:
-            client = Client()
-            client.force_login(user)
-            cookies.append(client.cookies["sessionid"].value)
-        yield cookies
+        yield [session_cookie(user) for user in users]
     finally:
-        get_user_model().objects.filter(pk__in=[u.pk for u in users]).delete()
+        delete_users([user.pk for user in users])
+
+
+def session_cookie(user) -> str:
+    """A session for `user` in the session store, as a login makes it (no form, so the login
+    throttle is not what a benchmark measures): its cookie's value."""
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def delete_users(pks: list[int], tries: int = 10) -> None:
+    """A benchmark's users and what they stored. An answer outlives its reader (the server finishes
+    it when the benchmark has stopped reading), and its end records the user's usage: a row written
+    while the users are deleted fails the deletion's foreign keys, so it collects again until none is."""
+    for attempt in range(tries):
+        try:
+            get_user_model().objects.filter(pk__in=pks).delete()
+            return
+        except IntegrityError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(3)

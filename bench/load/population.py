@@ -3,22 +3,14 @@
 
 import contextlib
 import math
-import time
 import uuid
 from collections.abc import Iterator
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError
-from django.test import Client
 
 from apitokens.models import Scope
 from apitokens.services import token_issue
-
-
-def _session(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value
+from bench.processes import delete_users, session_cookie
 
 
 @contextlib.contextmanager
@@ -48,21 +40,7 @@ def population(users: int, weights: dict[str, int]) -> Iterator[tuple[dict, dict
                     for user in accounts
                 ]
             else:
-                plan[kind] = [_session(user) for user in accounts]
+                plan[kind] = [session_cookie(user) for user in accounts]
         yield plan, names
     finally:
-        _delete([user.pk for user in made])
-
-
-def _delete(pks: list[int], tries: int = 10) -> None:
-    """The users and what they stored. An answer outlives its reader (the server finishes it when
-    the load generator has stopped), and its end records the user's usage: a row written while the
-    users are deleted fails the deletion's foreign keys, so it collects again until none is."""
-    for attempt in range(tries):
-        try:
-            get_user_model().objects.filter(pk__in=pks).delete()
-            return
-        except IntegrityError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(3)
+        delete_users([user.pk for user in made])

@@ -181,17 +181,9 @@ class Profile:
             str(self.seconds),
         ]
         command += ["--rate", "50", "--format", "raw", "--nonblocking", "--output", str(self.out)]
-        # py-spy's own account goes beside the samples. Attaching sometimes fails at once ("Failed to
-        # find python version from target process"), which left a step without its profile: it is
-        # tried again then, a few times.
+        # py-spy's own account goes beside the samples: a step whose profile is missing says why.
         self._log = self.out.with_suffix(".log").open("w")
-        for _ in range(3):
-            self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
-            try:
-                if self._process.wait(2) == 0:
-                    break
-            except subprocess.TimeoutExpired:
-                break  # sampling
+        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,12 +1,12 @@
-"""The load test's users are deleted at its end even while answers the server is still finishing
-record their users' usage (bench.load.population)."""
+"""A benchmark's users (the load test's among them) are deleted at its end even while answers the
+server is still finishing record their users' usage (bench.processes.delete_users)."""
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError
 from django.db.models.query import QuerySet
 
-from bench.load import population
+from bench import processes
 
 pytestmark = pytest.mark.django_db
 
@@ -22,8 +22,8 @@ def test_it_collects_the_users_again_when_a_row_written_meanwhile_fails_the_dele
         return delete(queryset)
 
     monkeypatch.setattr(QuerySet, "delete", racing)
-    monkeypatch.setattr(population.time, "sleep", pauses.append)
-    population._delete([user.pk for user in users])
+    monkeypatch.setattr(processes.time, "sleep", pauses.append)
+    processes.delete_users([user.pk for user in users])
     assert len(tries) == 2 and len(pauses) == 1
     assert not get_user_model().objects.filter(pk__in=[user.pk for user in users]).exists()
 
@@ -35,6 +35,6 @@ def test_it_gives_up_after_its_tries(monkeypatch):
         raise IntegrityError("still referenced")
 
     monkeypatch.setattr(QuerySet, "delete", failing)
-    monkeypatch.setattr(population.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(processes.time, "sleep", lambda seconds: None)
     with pytest.raises(IntegrityError):
-        population._delete([user.pk], tries=3)
+        processes.delete_users([user.pk], tries=3)
