@@ -23,7 +23,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 import redisconn
 from answers import drain, metrics
 from eventloops import PerLoop
-from httpkit import errors
+from httpkit import errors, pending
 from redisconn import keys
 
 _ACQUIRE = """
@@ -59,10 +59,12 @@ async def admit_answer(r: aioredis.Redis, *, user_id: int) -> Lease:
         metrics.admission_refused("draining")
         raise errors.busy("draining", 1.0)
     try:
-        return await admit(r, user_id=user_id)
+        lease = await admit(r, user_id=user_id)
     except errors.Refusal as refusal:
         metrics.admission_refused(refusal.extra["reason"])
         raise
+    pending.taken()  # the answer is bounded by its slot now, not by the web process's pending count
+    return lease
 
 
 async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:

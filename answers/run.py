@@ -178,11 +178,13 @@ class AnswerRun:
     async def _generate(self, r: aioredis.Redis) -> None:
         self._started = asyncio.get_running_loop().time()
         try:
-            request = await self.request()
-            if request is None:
-                self.completion = Completion(finish_reason="length")
-            else:
-                await self._stream(r, request)
+            # Assembling the prompt (the engine counts a long history) is within the first token's limit.
+            async with Deadlines(self._started).enforced() as deadlines:
+                request = await self.request()
+                if request is None:
+                    self.completion = Completion(finish_reason="length")
+                else:
+                    await self._stream(r, request, deadlines)
         except asyncio.CancelledError:
             if self._stop_reason not in LEAVING:
                 await self._end(r, self._stopped())
@@ -192,29 +194,28 @@ class AnswerRun:
             return
         await self._end(r, self._complete())
 
-    async def _stream(self, r: aioredis.Redis, request: ChatRequest) -> None:
+    async def _stream(self, r: aioredis.Redis, request: ChatRequest, deadlines: Deadlines) -> None:
         """Pass on the engine's tokens as they come, within the answer's time limits."""
         loop = asyncio.get_running_loop()
         clock = metrics.TokenClock(self._started)
-        async with Deadlines(self._started).enforced() as deadlines:
-            # aclosing: leaving the loop closes the engine stream at once, aborting the request.
-            async with aclosing(self.engine.stream_chat(request)) as events:
-                async for event in events:
-                    if isinstance(event, Completion):
-                        self.completion = event
-                        continue
-                    clock.tick(loop.time())
-                    if self.ttft_ms is None:
-                        self.ttft_ms = self.elapsed_ms()
-                    if event.prompt_tokens is not None:
-                        self.prompt_tokens = event.prompt_tokens
-                    self.parts.append(event.text)
-                    # The position is taken before the token is passed on: a stop landing while
-                    # it is written must not give the closing frame the token's position.
-                    seq, self.seq = self.seq, self.seq + 1
-                    await self.token(r, seq, event.text)
-                    redisconn.raise_if_cancelled()  # a stop or deadline during the write
-                    deadlines.token_arrived()
+        # aclosing: leaving the loop closes the engine stream at once, aborting the request.
+        async with aclosing(self.engine.stream_chat(request)) as events:
+            async for event in events:
+                if isinstance(event, Completion):
+                    self.completion = event
+                    continue
+                clock.tick(loop.time())
+                if self.ttft_ms is None:
+                    self.ttft_ms = self.elapsed_ms()
+                if event.prompt_tokens is not None:
+                    self.prompt_tokens = event.prompt_tokens
+                self.parts.append(event.text)
+                # The position is taken before the token is passed on: a stop landing while
+                # it is written must not give the closing frame the token's position.
+                seq, self.seq = self.seq, self.seq + 1
+                await self.token(r, seq, event.text)
+                redisconn.raise_if_cancelled()  # a stop or deadline during the write
+                deadlines.token_arrived()
 
     def _complete(self) -> Outcome:
         return Outcome(

@@ -78,6 +78,8 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
     page = _positive_int(request, "page", 1)
     size = min(_positive_int(request, "page_size", settings.CHAT_API_PAGE_SIZE), MAX_PAGE_SIZE)
     search = request.GET.get("search", "").strip()
+    if len(search) > selectors.SEARCH_MAX_CHARS:
+        raise Refusal("invalid_field", f"'search' is at most {selectors.SEARCH_MAX_CHARS} characters")
     conversations = selectors.conversation_list(
         user=user,
         search=search,

@@ -12,6 +12,10 @@ from django.utils.timezone import get_current_timezone, is_naive, make_aware
 from frontend.models import Conversation, ConversationDocument, Message, SharedLink
 from inference.engine import default_model
 
+# The longest search term: a substring match reads every message it may match, and its cost grows
+# with the term's length.
+SEARCH_MAX_CHARS = 200
+
 # Stopped answers count (the user saw them); failed or empty ones do not.
 _PROMPT_STATUSES = (Message.Status.COMPLETE, Message.Status.STOPPED)
 
@@ -28,8 +32,10 @@ def conversation_list(
     """The user's conversations, newest first; `all_users` (callers check may_read_all) widens it
     to everyone's.
 
-    `search` matches the title or any message's text, case-insensitively. `archived`: only the
-    archived ones (True) or only the others (False); None: both.
+    `search` matches the title or any message's text, case-insensitively (a part of a word finds
+    the word), within the conversations the other filters keep: only their messages are read.
+    It is at most SEARCH_MAX_CHARS characters (ValueError). `archived`: only the archived ones
+    (True) or only the others (False); None: both.
     """
     conversations = Conversation.objects.all() if all_users else Conversation.objects.filter(owner=user)
     if owner_username:
@@ -39,7 +45,11 @@ def conversation_list(
     if archived is not None:
         conversations = conversations.filter(archived=archived)
     if search:
-        matching = Message.objects.filter(content__icontains=search).values("conversation_id")
+        if len(search) > SEARCH_MAX_CHARS:
+            raise ValueError(f"a search is at most {SEARCH_MAX_CHARS} characters")
+        matching = Message.objects.filter(
+            conversation__in=conversations.values("pk"), content__icontains=search
+        ).values("conversation_id")
         conversations = conversations.filter(Q(title__icontains=search) | Q(pk__in=matching))
     return conversations.order_by("-updated_at", "-id")
 

@@ -14,13 +14,17 @@ A refused request gets its status (429) and `Retry-After`, with a JSON error bod
 itself. A refused handshake is accepted, told in one frame (`socket_frame`) and closed with 4429
 (the socket's "try again later"), which the chat page reads as "reconnect after `retry_after`". A streaming
 response (SSE) counts until its first bytes: what it holds afterwards is the answer's admission's
-to bound, not this one's. Paths in `exempt` (health, metrics) are never refused.
+to bound, not this one's. Likewise a request whose answer admission has taken (`taken()`, which
+answers.admission calls) stops counting then: a non-streaming API answer starts its response only
+when the answer is done, and admission bounds answers already. Paths in `exempt` (health, metrics)
+are never refused.
 """
 
 import html
 import json
 import random
 from collections.abc import Callable
+from contextvars import ContextVar
 
 from httpkit.errors import Refusal, busy
 from httpkit.json import retry_after_header
@@ -29,6 +33,17 @@ REASON = "web_pending"
 # The socket's close code: 4429, as the product's 4401 mirrors HTTP's 401. RFC 6455's registry has
 # 1013 (Try Again Later) for this, but daphne's WebSocket library sends only 1000 and 3000-4999.
 TRY_AGAIN_LATER = 4429
+
+# The running request's way out of the count; tasks and threads the request starts inherit it.
+_begun: ContextVar[Callable[[], None] | None] = ContextVar("pending_begun", default=None)
+
+
+def taken() -> None:
+    """The running request's work is bounded elsewhere from now on (its answer was admitted):
+    it no longer counts as pending. Nothing outside a counted request."""
+    begun = _begun.get()
+    if begun is not None:
+        begun()
 
 
 class PendingBound:
@@ -76,9 +91,11 @@ class PendingBound:
                 begun()
             await send(message)
 
+        token = _begun.set(begun)
         try:
             await self.app(scope, receive, watched_send)
         finally:
+            _begun.reset(token)
             begun()
 
     async def _refuse_socket(self, refusal: Refusal, receive, send) -> None:

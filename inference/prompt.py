@@ -7,6 +7,7 @@ the context window, whole old turns are dropped from the front, and the caller
 is told how many so it can say so.
 """
 
+import asyncio
 import hashlib
 import json
 from collections import OrderedDict
@@ -18,6 +19,9 @@ CountTokens = Callable[[Sequence[ChatMessage]], Awaitable[int]]
 
 # Template tokens the chat format adds around each message (role header, end marker).
 _TEMPLATE_OVERHEAD_PER_MESSAGE = 8
+# The most bytes one token covers in the tokenizers the product runs (SmolLM2's longest token is
+# 16 bytes): a history longer than this many bytes a token of room cannot fit, whatever it says.
+MAX_BYTES_PER_TOKEN = 32
 
 
 class PromptTooLong(Exception):
@@ -101,16 +105,58 @@ async def assemble(
 
     `count_tokens` is asked only when the cheap upper bound says the prompt might not fit;
     `counts`, kept from one call to the next, makes that bound tight for long conversations.
+    When turns must go, the engine counts the whole prompt once and each turn once, never the
+    remaining prompt again for each dropped turn: what a turn adds is its own count less what
+    every count carries (the template's opening and the generation prompt), found by comparing
+    the whole prompt's count with the sum of its parts. Turns that could not fit even at
+    `MAX_BYTES_PER_TOKEN` bytes a token go first, uncounted.
     """
     counts = counts or PromptCounts()
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     turns = _turns(history)
     limit = context_window - answer_budget
-    for dropped in range(len(turns)):
-        messages = system + [m for turn in turns[dropped:] for m in turn]
+    dropped = _beyond_any_count(system, turns, limit)
+
+    def kept(first: int) -> list[ChatMessage]:
+        return system + [m for turn in turns[first:] for m in turn]
+
+    messages = kept(dropped)
+    if counts.bound(messages) <= limit:
+        return Prompt(messages=messages, dropped_turns=dropped)
+    whole = await counts.count(messages, count_tokens)
+    if whole <= limit:
+        return Prompt(messages=messages, dropped_turns=dropped)
+    # Only turns before the newest (the question itself) may go.
+    droppable = turns[dropped:-1]
+    parts = await asyncio.gather(*(count_tokens(part) for part in [system, *droppable, turns[-1]] if part))
+    # Each separate count carries the same overhead at least once more than the whole does.
+    overhead = max(0, (sum(parts) - whole) // max(1, len(parts) - 1))
+    turn_tokens = parts[1:-1] if system else parts[:-1]
+    estimate = whole
+    for share in turn_tokens:
+        if estimate <= limit:
+            break
+        estimate -= max(0, share - overhead)
+        dropped += 1
+    # The estimate is checked exactly; a prompt still too long loses one more turn a count.
+    while dropped < len(turns):
+        messages = kept(dropped)
         if counts.bound(messages) <= limit or await counts.count(messages, count_tokens) <= limit:
             return Prompt(messages=messages, dropped_turns=dropped)
+        dropped += 1
     raise PromptTooLong(
         f"The message does not fit the context window of {context_window} tokens "
         f"with {answer_budget} tokens left for the answer."
     )
+
+
+def _beyond_any_count(system: list[ChatMessage], turns: list[list[ChatMessage]], limit: int) -> int:
+    """How many leading turns cannot fit whatever the engine counts: those that leave more than
+    `limit` tokens at MAX_BYTES_PER_TOKEN bytes a token. The newest turn always stays."""
+    room = limit * MAX_BYTES_PER_TOKEN - _byte_bound(system)
+    total = sum(_byte_bound(turn) for turn in turns)
+    dropped = 0
+    while dropped < len(turns) - 1 and total > room:
+        total -= _byte_bound(turns[dropped])
+        dropped += 1
+    return dropped

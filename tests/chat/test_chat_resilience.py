@@ -244,6 +244,29 @@ async def test_it_aborts_the_engine_request_when_a_timeout_expires(
     await communicator.disconnect()
 
 
+class CountsForever(FakeEngine):
+    """An engine that never finishes counting a prompt: assembly itself outlasts the first token's limit."""
+
+    async def count_prompt_tokens(self, messages):
+        self.counting = True
+        await asyncio.Event().wait()
+
+
+async def test_a_prompt_whose_counting_never_ends_times_out_as_the_first_token(alice, monkeypatch, settings):
+    settings.CHAT_FIRST_TOKEN_TIMEOUT = 0.3
+    # A question whose bytes do not clearly fit: the engine is asked to count it.
+    settings.CHAT_MAX_TOKENS, settings.INFERENCE_MAX_MODEL_LEN = 16, 600
+    fake = use_engine(monkeypatch, CountsForever(["never"]))
+    communicator = await connected(alice)
+    await communicator.send_json_to({"type": "chat.send", "conversation": None, "content": "w " * 500})
+    frames = await until_closed(communicator)
+    assert fake.counting
+    assert (frames[-1]["type"], frames[-1]["code"]) == ("chat.error", "timeout_first_token")
+    stored = await Message.objects.aget(pk=frames[0]["message"])
+    assert (stored.status, stored.error_code) == ("timeout", "timeout_first_token")
+    await communicator.disconnect()
+
+
 async def test_it_refuses_past_the_concurrency_limit_with_retry_after_and_writes_nothing(
     alice, monkeypatch, settings
 ):

@@ -14,6 +14,9 @@ from psycopg_pool import PoolTimeout
 
 from chatsite.errors import json_body, server_error
 from frontend.protocol import refused
+import redisconn
+from answers import admission
+from httpkit import pending
 from httpkit.pending import TRY_AGAIN_LATER, PendingBound
 
 
@@ -145,6 +148,43 @@ async def test_a_request_counts_until_its_response_starts_and_a_failure_gives_it
     assert status == 200
     inner.release_stream.set()
     assert app.pending == 0
+
+
+class AdmittedApp(HeldApp):
+    """An inner application that admits an answer (as the OpenAI API's non-streaming view does) and
+    then holds its response until the test lets it: the answer runs, nothing is sent yet."""
+
+    async def __call__(self, scope, receive, send):
+        if scope["path"].startswith("/v1/"):
+            self.calls += 1
+            self.lease = await admission.admit_answer(redisconn.client(), user_id=987654)
+            await self.release.wait()
+            await admission.release(redisconn.client(), self.lease)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"answer"})
+            return
+        await super().__call__(scope, receive, send)
+
+
+async def test_a_request_whose_answer_admission_took_stops_counting_before_its_response_starts():
+    inner = AdmittedApp()
+    app = bounded(inner, limit=1)
+    answer = await sent(app, "/v1/chat/completions")
+    assert inner.calls == 1 and inner.lease
+    assert app.pending == 0, "an admitted answer still holds the web process's pending bound"
+    # The bound's one place is free: a page load is served meanwhile, not refused.
+    other = request(app, "/c/1/")
+    await other.send_input({"type": "http.request", "body": b""})
+    await asyncio.sleep(0.05)
+    assert inner.calls == 2
+    inner.release.set()
+    assert (await other.receive_output(2))["status"] == 200
+    assert (await answer.receive_output(2))["status"] == 200
+    assert app.pending == 0
+
+
+def test_taken_outside_a_counted_request_does_nothing():
+    pending.taken()
 
 
 async def test_a_handshake_past_the_bound_is_told_busy_and_closed_with_4429():

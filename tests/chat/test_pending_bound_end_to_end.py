@@ -4,12 +4,14 @@ its retry time and, for a socket, close code 4429; nothing fails otherwise, and 
 waits as told gets through. The session's expiry comes from the handshake's own read of its row."""
 
 import json
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from websockets.exceptions import ConnectionClosed
@@ -17,6 +19,7 @@ from websockets.sync.client import connect
 
 from accounts.sessions import SessionStore
 from tests.chat_client import session_cookie
+from harness.waiting import wait_for
 from tests.conftest import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,3 +117,36 @@ def test_the_session_store_keeps_the_expiry_its_read_found():
     assert loaded["answer"] == 42
     assert abs(loaded.expire_date - (timezone.now() + timedelta(minutes=5))) < timedelta(seconds=5)
     assert SessionStore(session_key="no-such-session-key").load() == {}
+
+
+def test_a_non_streaming_api_answer_stops_counting_as_pending_once_admitted():
+    """One place pending (WEB_MAX_PENDING=1) and an API answer that never finishes (the engine sends
+    its text and stalls): its response cannot start, yet a page load is served meanwhile."""
+    from apitokens.services import token_issue
+    from harness.stand_in_engine import STALL, StandInEngine, serving
+
+    user = get_user_model().objects.create_user("held", password="pw-held-12345")
+    _, key = token_issue(user=user, scopes=["openai"])
+    stand_in = StandInEngine(text="never ending", fault=STALL, record=True)
+    with (
+        serving(stand_in) as engine,
+        running_daphne(engine, WEB_MAX_PENDING="1", WEB_DRAIN_SECONDS="1") as server,
+        httpx.Client(base_url=server.url, timeout=30) as http,
+    ):
+        body = json.dumps(
+            {"model": settings.INFERENCE_MODEL_NAME, "messages": [{"role": "user", "content": "hi"}]}
+        )
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as held:
+            held.sendall(
+                (
+                    f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+                ).encode()
+            )
+            wait_for(lambda: stand_in.requests, 30, "the API answer admitted and sent to the engine")
+            held.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                held.recv(1)  # its response has not started
+            page = http.get("/accounts/login/", headers={"Accept": "text/html"})
+            assert page.status_code == 200, page.text[:200]
