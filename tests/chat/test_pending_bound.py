@@ -12,10 +12,10 @@ from django.db import OperationalError
 from django.test import RequestFactory
 from psycopg_pool import PoolTimeout
 
-from chatsite.errors import json_body, server_error
-from frontend.protocol import refused
 import redisconn
 from answers import admission
+from chatsite.errors import json_body, server_error
+from frontend.protocol import refused
 from httpkit import pending
 from httpkit.pending import TRY_AGAIN_LATER, PendingBound
 

@@ -18,8 +18,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from accounts.sessions import SessionStore
-from tests.chat_client import session_cookie
 from harness.waiting import wait_for
+from tests.chat_client import session_cookie
 from tests.conftest import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
