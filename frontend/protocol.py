@@ -122,9 +122,13 @@ def decode(text: str) -> dict:
     return frame
 
 
+# The largest id and position the database holds (a signed 64-bit integer) and frames can carry back.
+MAX_ID = 2**63 - 1
+
+
 def is_id(value: object) -> bool:
     # JSON true/false arrive as bool, which Python counts as int.
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ID
 
 
 def id_field(data: dict, name: str, *, nullable: bool = False, required: bool = True) -> int | None:
@@ -155,6 +159,6 @@ def content_field(data: dict, name: str = "content") -> str:
 def seq_field(data: dict, name: str = "after") -> int:
     """A token position to resume after; -1 for all."""
     value = data.get(name, -1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_ID:
         raise Refusal("invalid_field", f"'{name}' must be a token seq (or -1 for all)")
     return value

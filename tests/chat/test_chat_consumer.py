@@ -59,6 +59,12 @@ async def error_for(communicator, raw) -> dict:
         ({"type": "chat.send", "conversation": True, "content": "hi"}, "invalid_field"),
         ({"type": "chat.stop"}, "invalid_field"),
         ({"type": "chat.stop", "message": 999999}, "not_found"),
+        # Ids and positions past the database's 64-bit range: refused, not echoed into a frame.
+        ({"type": "chat.resume", "message": 2**64}, "invalid_field"),
+        ({"type": "chat.stop", "message": 2**64}, "invalid_field"),
+        ({"type": "chat.continue", "message": 2**64}, "invalid_field"),
+        ({"type": "chat.send", "conversation": 2**63, "content": "hi"}, "invalid_field"),
+        ({"type": "chat.resume", "message": 1, "after": 2**63}, "invalid_field"),
     ],
 )
 async def test_it_answers_a_malformed_frame_with_an_error_and_stays_usable(users, engine, raw, code):
