@@ -1,9 +1,13 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Login and logout only: passwords are changed and reset by staff (docs/security.md), so no
+    # unthrottled reset or change views are mounted.
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("monitoring.urls")),
     path("", include("jobs.urls")),
     path("", include("openai_api.urls")),

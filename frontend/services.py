@@ -269,7 +269,11 @@ def chat_turn_continue(*, user: AbstractBaseUser, message_id: int) -> Turn:
     """Extend an answer that reached its length limit, in place: the same message generates again,
     from its text so far, with a fresh token budget (the engine gets the partial answer with
     `continue_final_message`, so the prefix cache serves the conversation and the answer)."""
-    answer = _owned_message(user, message_id, Message.Role.ASSISTANT)
+    owned = _owned_message(user, message_id, Message.Role.ASSISTANT)
+    # The conversation's row locked first (PostgreSQL): two continues at once see each other's
+    # status, and only one starts generating.
+    Conversation.objects.select_for_update().filter(pk=owned.conversation_id).first()
+    answer = Message.objects.select_related("conversation").get(pk=owned.pk)
     if answer.status != Message.Status.COMPLETE or answer.finish_reason != "length":
         raise Refusal(
             "not_continuable",

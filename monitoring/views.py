@@ -1,5 +1,7 @@
 """/metrics for Prometheus, and the staff dashboard with the JSON it polls."""
 
+import logging
+
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -13,6 +15,8 @@ from monitoring import history, metrics
 from monitoring.access import by_token, may_read_metrics
 from monitoring.figures import dashboard_figures
 from usage import selectors as usage_selectors
+
+log = logging.getLogger(__name__)
 
 
 @never_cache
@@ -53,6 +57,8 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
         try:
             figures["history"] = history.history_points()
         except RedisError as exc:
-            detail = f"Redis did not answer ({exc}); the charts start now."
+            # The failure's kind only: its text can name the server's address and configuration.
+            log.warning("dashboard history: %s", exc)
+            detail = f"Redis did not answer ({type(exc).__name__}); the charts start now."
             return error_response(Refusal("history_unavailable", detail))
     return JsonResponse(figures)

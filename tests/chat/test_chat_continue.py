@@ -115,3 +115,49 @@ async def test_a_continued_answer_taken_over_keeps_the_text_it_had_before(alice)
     assert frames[-1]["content"] == "Once upon a time."
     stored = await Message.objects.aget(pk=dead.message_id)
     assert (stored.status, stored.content) == ("complete", "Once upon a time.")
+
+
+def test_two_continues_of_one_answer_at_once_start_it_once(alice):
+    """The first continue holds its transaction open; the second, meanwhile, must wait for it and
+    then see the answer generating, not read the old status and start it a second time."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection, connections, transaction
+
+    from httpkit.errors import Refusal
+
+    if not connection.features.has_select_for_update:
+        pytest.skip("SQLite serialises writers itself; the row lock is PostgreSQL's")
+    turn = services.chat_turn_start(user=alice, conversation_id=None, content="A tale")
+    Message.objects.filter(pk=turn.assistant_message_id).update(
+        content="Once upon ", status="complete", finish_reason="length"
+    )
+    first_in, second_sent = threading.Event(), threading.Event()
+
+    def first():
+        try:
+            with transaction.atomic():
+                services.chat_turn_continue(user=alice, message_id=turn.assistant_message_id)
+                first_in.set()
+                second_sent.wait(10)
+                threading.Event().wait(0.5)  # the second is inside by now, at the lock or past it
+        finally:
+            connections.close_all()
+
+    def second():
+        first_in.wait(10)
+        second_sent.set()
+        try:
+            services.chat_turn_continue(user=alice, message_id=turn.assistant_message_id)
+            return "started"
+        except Refusal as refusal:
+            return refusal.code
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(2) as pool:
+        done = pool.submit(first)
+        outcome = pool.submit(second).result(30)
+        done.result(30)
+    assert outcome == "not_continuable"

@@ -136,3 +136,19 @@ def test_an_ipv6_client_counts_as_its_slash_64(client):
         assert log_in(client, f"z-{secrets.token_hex(4)}", "guess", f"{network}{host}").status_code == 200
     victim = fresh_user()
     assert log_in(client, victim.username, "pw-right-12345", f"{network}beef").status_code == 429
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/accounts/password_reset/",
+        "/accounts/password_reset/done/",
+        "/accounts/reset/MQ/set-password/",
+        "/accounts/password_change/",
+        "/accounts/password_change/done/",
+    ],
+)
+def test_only_login_and_logout_are_mounted_of_djangos_account_views(client, path):
+    """Reset and change views nobody uses would be unthrottled ways in (mail sent, passwords tried)."""
+    assert client.get(path).status_code == 404
+    assert client.post(path, {"email": "a@example.com"}).status_code == 404
