@@ -78,11 +78,18 @@ $(TOOLS_STAMP):
 tools: $(TOOLS_STAMP)
 test: tools
 
-prepare: install $(if $(SECRET_KEY),,$(SECRET_KEY_FILE))
-	mkdir -p "$${DATA_DIR:-var}"
-	$(MANAGE) migrate --noinput
-	$(MANAGE) collectstatic --noinput --verbosity 0
-	$(MANAGE) prepare_model
+# The data folder holds sessions, conversations, keys and Redis's data: its owner's only, and so is
+# everything made in it (umask 077 here, and supervisord's for every process it starts).
+PRIVATE := umask 077 &&
+.PHONY: private-data
+private-data:
+	@install -d -m 0700 "$(DATA)"
+	@chmod -R go= "$(DATA)"
+
+prepare: install private-data $(if $(SECRET_KEY),,$(SECRET_KEY_FILE))
+	$(PRIVATE) $(MANAGE) migrate --noinput
+	$(PRIVATE) $(MANAGE) collectstatic --noinput --verbosity 0
+	$(PRIVATE) $(MANAGE) prepare_model
 
 # Made once, readable by this user only; a new one signs everybody out.
 $(SECRET_KEY_FILE):
@@ -91,7 +98,7 @@ $(SECRET_KEY_FILE):
 	@echo "Made the secret key $@ (readable by you only)."
 
 run: prepare
-	@$(MANAGE) bootstrap_users --keep-passwords "$(PASSWORDS_FILE)"
+	@$(PRIVATE) $(MANAGE) bootstrap_users --keep-passwords "$(PASSWORDS_FILE)"
 	mkdir -p "$(METRICS_DIR)" && rm -f "$(METRICS_DIR)"/*.db
 	$(if $(filter cluster,$(TOPOLOGY)),@command -v nginx >/dev/null || { echo "TOPOLOGY=cluster needs nginx: apt-get install nginx"; exit 1; })
 	WEB_PORT=$(WEB_PORT) WEB_PROCESSES=$(WEB_PROCESSES) $(BIN)/python -m deploy.supervisor "$(RUN_DIR)" $(PROCESSES)

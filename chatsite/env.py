@@ -5,6 +5,7 @@ deployment stops the process at start instead of surfacing later as odd behaviou
 """
 
 import os
+import secrets
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -88,6 +89,35 @@ def env_file(name: str) -> str:
     if not text:
         raise ImproperlyConfigured(f"{name}={path!r}: the file is empty")
     return text
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """A secret: the variable itself, or the file that `NAME_FILE` names (a mounted secret, kept
+    out of the environment that child processes and crash reports see); else `default`."""
+    return os.environ.get(name) or env_file(f"{name}_FILE") or default
+
+
+def private_secret(path: Path) -> str:
+    """The secret kept in `path`, made once (random, mode 0600, its folder 0700) when missing.
+
+    For what `make run` runs with nothing configured (the bundled Redis's password): every process
+    of the install reads the same file, whichever starts first; the file appears whole or not at all."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secrets.token_urlsafe(32) + "\n")
+    try:
+        os.link(draft, path)  # fails when another process made it first: theirs is kept
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
 
 
 def web_drain_seconds() -> float:

@@ -14,11 +14,12 @@ from django.core.exceptions import ImproperlyConfigured
 from chatsite.env import (
     env_bool,
     env_choice,
-    env_file,
     env_float,
     env_int,
     env_list,
+    env_secret,
     env_str,
+    private_secret,
     web_drain_seconds,
 )
 
@@ -29,8 +30,12 @@ DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
 # DEBUG=true for development.
 DEBUG = env_bool("DEBUG", False)
 _DEV_SECRET_KEY = "dev-only-insecure-key-change-me"
-# The key itself, or the file that holds it (`make run` makes one under DATA_DIR); SECRET_KEY wins.
-SECRET_KEY = env_str("SECRET_KEY", "") or env_file("SECRET_KEY_FILE") or _DEV_SECRET_KEY
+# The key itself, or the file that holds it (SECRET_KEY_FILE); else the one `make run` made in the
+# data folder, so a management command run by hand on that install signs as its web processes do.
+_MADE_SECRET_KEY = DATA_DIR / "secret-key"
+SECRET_KEY = (
+    env_secret("SECRET_KEY") or (_MADE_SECRET_KEY.read_text().strip() if _MADE_SECRET_KEY.is_file() else "")
+) or _DEV_SECRET_KEY
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 
 INSTALLED_APPS = [
@@ -95,7 +100,7 @@ TEMPLATES = [
 # SQLite under DATA_DIR unless DATABASE_URL names another database.
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=0
+        env_secret("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=0
     )
 }
 # PostgreSQL connections each web process keeps in its pool; 0: no pool.
@@ -138,8 +143,11 @@ if PROCESS_ROLE == "web":
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address.
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6380/0")
+# Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address, with
+# the password kept in the data folder (made on first use, readable by its owner only).
+REDIS_URL = env_secret("REDIS_URL") or (
+    f"redis://:{private_secret(DATA_DIR / 'redis-password')}@127.0.0.1:6380/0"
+)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -238,9 +246,9 @@ USAGE_DAILY_TOKENS = env_int("USAGE_DAILY_TOKENS", 0, minimum=0)
 # process (accounts/checks.py).
 DEFAULT_PASSWORDS = ("demo-password", "admin-password")
 DEMO_USERNAME = env_str("DEMO_USERNAME", "demo")
-DEMO_PASSWORD = env_str("DEMO_PASSWORD", DEFAULT_PASSWORDS[0] if DEBUG else "")
+DEMO_PASSWORD = env_secret("DEMO_PASSWORD", DEFAULT_PASSWORDS[0] if DEBUG else "")
 STAFF_USERNAME = env_str("STAFF_USERNAME", "admin")
-STAFF_PASSWORD = env_str("STAFF_PASSWORD", DEFAULT_PASSWORDS[1] if DEBUG else "")
+STAFF_PASSWORD = env_secret("STAFF_PASSWORD", DEFAULT_PASSWORDS[1] if DEBUG else "")
 
 LOGGING = {
     "version": 1,
@@ -263,7 +271,7 @@ CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
 # aggregate the metrics of several processes (docs/monitoring.md).
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
 # When set, /metrics asks for `Authorization: Bearer <token>`.
-MONITORING_METRICS_TOKEN = env_str("MONITORING_METRICS_TOKEN", "")
+MONITORING_METRICS_TOKEN = env_secret("MONITORING_METRICS_TOKEN")
 # Live API keys one user may hold (a session alone may make them).
 API_KEYS_MAX_PER_USER = env_int("API_KEYS_MAX_PER_USER", 20, minimum=1)
 MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
@@ -318,7 +326,7 @@ CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
 CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
 # The engine's API key: the launcher gives it to vLLM (VLLM_API_KEY), the router and every engine
 # client send it. Empty: the engine asks none (it listens on this host only, docs/deploy.md).
-INFERENCE_API_KEY = env_str("INFERENCE_API_KEY", "")
+INFERENCE_API_KEY = env_secret("INFERENCE_API_KEY")
 INFERENCE_BREAKER_FAILURES = env_int("INFERENCE_BREAKER_FAILURES", 5, minimum=1)
 INFERENCE_BREAKER_COOL_DOWN = env_float("INFERENCE_BREAKER_COOL_DOWN", 10.0, minimum=0.1)
 # Bounded admission: past these a chat gets `busy` with a retry-after instead of a queue slot.

@@ -108,6 +108,8 @@ def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = 
     sections = [
         "[supervisord]",
         "nodaemon=true",
+        # Every process's files (the database, Redis's data, logs, uploads) readable by this user only.
+        "umask=077",
         f"logfile={run_dir / 'supervisord.log'}",
         f"pidfile={run_dir / 'supervisord.pid'}",
         f"childlogdir={run_dir}",

