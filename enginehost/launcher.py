@@ -137,13 +137,18 @@ class EngineConfig:
                     [cut + 1, self.max_num_seqs, 0],
                 ]
             args += ["--speculative-config", json.dumps(spec)]
+        if self.api_key:
+            args += ["--middleware", "enginehost.keyguard.KeyGuard"]
         return args + shlex.split(self.extra_args)
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # What the engine needs of this process's environment, and nothing else: not the web tier's
+        # secrets (SECRET_KEY, DATABASE_URL, REDIS_URL) nor its metrics directory.
+        env = engine_environment(os.environ)
         if self.api_key:
-            # In its environment, not its command line, where any process of the host reads it.
-            env["VLLM_API_KEY"] = self.api_key
+            # In its environment, not its command line, where any process of the host reads it; read
+            # by the key guard (enginehost.keyguard), which checks it on every route but /health.
+            env["INFERENCE_API_KEY"] = self.api_key
         # Read by the CPU build only; CUDA hosts size the cache from gpu_memory_utilization.
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_space_gb))
         if Path(self.model).is_dir():
@@ -190,6 +195,28 @@ class EngineConfig:
             return {}
         mine = cores[self.replica * share : (self.replica + 1) * share]
         return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine))}
+
+
+# The variables an engine reads: its own, the model hub's and the compute libraries', and the
+# process basics. Anything else in the supervisor's environment stays there.
+PRODUCT_ROOT = Path(__file__).resolve().parent.parent
+ENGINE_PREFIXES = (
+    "VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "PYTORCH_", "CUDA_",
+    "NVIDIA_", "NCCL_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOMP_", "ONEDNN_", "DNNL_", "CCL_",
+    "TRITON_", "XDG_", "LC_", "SSL_CERT_",
+)  # fmt: skip
+ENGINE_NAMES = {
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED",
+    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD", "CC", "CXX", "MALLOC_CONF",
+}  # fmt: skip
+
+
+def engine_environment(environ) -> dict[str, str]:
+    """The part of `environ` an engine process is given, with the product on its import path (its
+    key guard loads from there, wherever the process starts)."""
+    env = {k: v for k, v in environ.items() if k in ENGINE_NAMES or k.startswith(ENGINE_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PRODUCT_ROOT), env.get("PYTHONPATH")]))
+    return env
 
 
 # What a starting server is doing, told by the first line of its output that names each step

@@ -26,13 +26,9 @@ from urllib.parse import urlsplit
 
 from inference.topology import replica_urls
 
-ROUTER_BINARY = "vllm-router"
-
-
-def router_binary() -> str:
-    """vllm-router from this environment (installed with the product's requirements)."""
-    beside = Path(sys.executable).parent / ROUTER_BINARY
-    return str(beside) if beside.exists() else ROUTER_BINARY
+# vllm-router's own launcher, given the engines' key by environment (enginehost.routerlaunch).
+ROUTER_LAUNCH = [sys.executable, "-m", "enginehost.routerlaunch"]
+PRODUCT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -76,17 +72,21 @@ class RouterConfig:
     def command(self) -> list[str]:
         address = urlsplit(self.url)
         return [
-            router_binary(),
+            *ROUTER_LAUNCH,
             "--host", address.hostname or "127.0.0.1",
             "--port", str(address.port or 80),
             "--worker-urls", *self.worker_urls,
             "--prometheus-host", address.hostname or "127.0.0.1",
             "--prometheus-port", str(self.metrics_port),
             "--worker-startup-timeout-secs", str(int(self.startup_timeout)),
-            *(("--api-key", self.api_key) if self.api_key else ()),
             *self.routing_flags(),
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
-        # The router logs three lines per request at its default level.
-        return {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        # The process basics and its key, not the web tier's secrets. The router logs three lines
+        # per request at its default level.
+        basics = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TZ")}
+        key = {"INFERENCE_API_KEY": self.api_key} if self.api_key else {}
+        # The product on its import path, for its launcher, wherever the process starts.
+        path = os.pathsep.join(filter(None, [str(PRODUCT_ROOT), os.environ.get("PYTHONPATH")]))
+        return {**basics, **key, "PYTHONPATH": path, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}

@@ -153,18 +153,48 @@ def test_it_turns_on_n_gram_speculation_with_the_configured_draft_length():
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 4, 6], [5, 64, 0]]
 
 
-def test_the_engine_and_its_router_get_the_api_key_out_of_sight_of_the_process_list(settings):
+def test_the_engine_and_its_router_get_the_api_key_out_of_sight_of_the_process_list(settings, monkeypatch):
     from dataclasses import replace
 
     from enginehost.router import RouterConfig
 
+    # The web tier's secrets in the supervisor's environment: none of them reaches an engine or the router.
+    for name in (
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "MONITORING_METRICS_TOKEN",
+        "PROMETHEUS_MULTIPROC_DIR",
+    ):
+        monkeypatch.setenv(name, "secret-" + name)
     settings.INFERENCE_API_KEY = "k" * 40
     config = EngineConfig.from_settings(settings)
-    assert config.environment()["VLLM_API_KEY"] == "k" * 40
+    environment = config.environment()
+    assert environment["INFERENCE_API_KEY"] == "k" * 40
     assert not any("k" * 40 in part for part in config.command())
-    assert "VLLM_API_KEY" not in replace(config, api_key="").environment() or os.environ.get("VLLM_API_KEY")
+    # Checked on every route but /health by the key guard, not by vLLM's own check of /v1 alone.
+    assert flag(config.command(), "--middleware") == "enginehost.keyguard.KeyGuard"
+    assert "VLLM_API_KEY" not in environment
+    assert not [value for value in environment.values() if value.startswith("secret-")]
+    keyless = replace(config, api_key="")
+    assert "INFERENCE_API_KEY" not in keyless.environment() and "--middleware" not in keyless.command()
     router = RouterConfig.from_settings(settings, worker_urls=["http://127.0.0.1:8101"])
-    assert flag(router.command(), "--api-key") == "k" * 40
+    assert "--api-key" not in router.command() and not any("k" * 40 in part for part in router.command())
+    assert router.environment()["INFERENCE_API_KEY"] == "k" * 40
+    assert not [value for value in router.environment().values() if value.startswith("secret-")]
+
+
+def test_the_routers_launcher_takes_the_key_from_the_environment_or_its_file(tmp_path, monkeypatch):
+    from enginehost import routerlaunch
+
+    monkeypatch.delenv("INFERENCE_API_KEY", raising=False)
+    monkeypatch.delenv("INFERENCE_API_KEY_FILE", raising=False)
+    assert routerlaunch.engine_key() == ""
+    (tmp_path / "key").write_text("from-a-file\n")
+    monkeypatch.setenv("INFERENCE_API_KEY_FILE", str(tmp_path / "key"))
+    assert routerlaunch.engine_key() == "from-a-file"
+    monkeypatch.setenv("INFERENCE_API_KEY", "from-the-environment")
+    assert routerlaunch.engine_key() == "from-the-environment"
 
 
 def test_it_passes_extra_flags_and_can_turn_prefix_caching_off():
@@ -204,19 +234,19 @@ def test_it_refuses_a_model_that_is_neither_a_directory_nor_a_hub_id():
 # A stand-in server for the supervisor's own behaviour (the real engine's restart is tested in
 # test_chat_faults_end_to_end.py): it starts a worker in its group, as vLLM starts its engine
 # core, writes the worker's pid, then serves /health until killed, or exits at once with
-# EXIT_AT_ONCE set.
+# VLLM_TEST_EXIT_AT_ONCE set.
 FAKE_SERVER = """
 import http.server, os, subprocess, sys, time
-if os.environ.get("EXIT_AT_ONCE"):
+if os.environ.get("VLLM_TEST_EXIT_AT_ONCE"):
     sys.exit(3)
-if os.environ.get("ANNOUNCE_STEPS"):
+if os.environ.get("VLLM_TEST_ANNOUNCE_STEPS"):
     # vLLM's own lines, each held long enough for the supervisor's half-second look.
     for line in ["(Worker pid=1) INFO [cpu_model_runner.py:68] Starting to load model /m...",
                  "(EngineCore pid=2) INFO [kv_cache_utils.py:2327] CPU KV cache size: 46,592 tokens"]:
         print(line, flush=True)
         time.sleep(1.2)
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-with open(os.environ["WORKER_PID_FILE"], "a") as pids:
+with open(os.environ["VLLM_TEST_WORKER_PID_FILE"], "a") as pids:
     pids.write(f"{worker.pid}\\n")
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -234,7 +264,7 @@ class FakeServerConfig(EngineConfig):
 
 
 def fake_server_config(tmp_path, monkeypatch, **env: str) -> FakeServerConfig:
-    monkeypatch.setenv("WORKER_PID_FILE", str(tmp_path / "workers"))
+    monkeypatch.setenv("VLLM_TEST_WORKER_PID_FILE", str(tmp_path / "workers"))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     base = EngineConfig.from_settings(settings)
@@ -293,7 +323,7 @@ def test_the_supervisor_restarts_a_killed_server_and_kills_the_workers_it_left(t
 
 
 def test_the_supervisor_starts_the_server_again_with_doubling_delays(tmp_path, monkeypatch):
-    supervisor, lines = supervised(tmp_path, monkeypatch, 0.05, EXIT_AT_ONCE="1")
+    supervisor, lines = supervised(tmp_path, monkeypatch, 0.05, VLLM_TEST_EXIT_AT_ONCE="1")
     monkeypatch.setattr(EngineSupervisor, "RESTART_DELAY_MAX", 0.2)
     supervisor.run(until=lambda: supervisor.starts == 5)
     delays = [line.rsplit(" in ", 1)[1] for line in lines if line.startswith("Starting the engine again")]
@@ -333,7 +363,7 @@ def test_the_supervisor_serves_again_after_a_kill(tmp_path, monkeypatch):
 
 
 def test_the_supervisor_tells_each_start_up_step_then_serving(tmp_path, monkeypatch):
-    supervisor, lines = supervised(tmp_path, monkeypatch, 0.1, ANNOUNCE_STEPS="1")
+    supervisor, lines = supervised(tmp_path, monkeypatch, 0.1, VLLM_TEST_ANNOUNCE_STEPS="1")
     states = []
     supervisor.on_state = lambda state, detail: states.append((state, detail))
 
@@ -377,8 +407,8 @@ def test_it_reads_the_start_up_step_from_the_servers_own_lines(line, phase):
 
 
 def test_an_engine_started_with_the_api_key_answers_the_product_and_refuses_anyone_else():
-    """vLLM itself checks the key the launcher gives it: a pod that reaches the engine without it
-    is refused; the product's client, which sends it, is answered."""
+    """The engine checks the key the launcher gives it on every route but /health: a pod that
+    reaches the engine without it is refused; the product's client, which sends it, is answered."""
     import asyncio
     from dataclasses import replace
 
@@ -409,6 +439,18 @@ def test_an_engine_started_with_the_api_key_answers_the_product_and_refuses_anyo
             engine.wait_healthy(timeout=600)
             body = {"model": config.served_model_name, "messages": messages, "max_tokens": 2}
             assert httpx.post(url + "/v1/chat/completions", json=body, timeout=60).status_code == 401
+            # Every route, not only vLLM's own /v1: a wrong key or none is refused, /health alone is open.
+            wrong = {"Authorization": "Bearer wrong"}
+            assert httpx.post(url + "/invocations", json=body, headers=wrong, timeout=60).status_code == 401
+            assert httpx.post(url + "/tokenize", json={"prompt": "hi"}, timeout=60).status_code == 401
+            assert httpx.get(url + "/metrics", timeout=60).status_code == 401
+            assert httpx.get(url + "/health", timeout=60).status_code == 200
+            assert (
+                httpx.get(
+                    url + "/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=60
+                ).status_code
+                == 200
+            )
             assert any(isinstance(event, TextDelta) for event in asyncio.run(answer()))
         finally:
             engine.stop()

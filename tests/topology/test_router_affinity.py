@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.processes import ROOT, free_port
@@ -128,3 +129,29 @@ async def test_the_product_reads_the_load_and_metrics_of_every_engine_behind_the
             with pytest.raises(EngineError) as refused:
                 await engine_probe().load()
             assert refused.value.code == "engine_unavailable"
+
+
+async def test_the_router_sends_the_engines_key_it_was_given_by_environment_never_by_command_line(
+    monkeypatch,
+):
+    key = "router-key-" + "z" * 30
+    monkeypatch.setenv("INFERENCE_API_KEY", key)
+    engine = StandInEngine(text="keyed", model="m", record=True)
+    with serving(engine) as engine_url:
+        router, port = start_router([engine_url], "test-router-key.log")
+        url = f"http://127.0.0.1:{port}"
+        client = OpenAIEngineClient(url, "m", connect_timeout=2, token_timeout=10, api_key=key)
+        try:
+            wait_for(lambda: router.poll() is not None or answers(url + "/health"), 30, "the router")
+            assert router.poll() is None, "the router exited; see test-router-key.log"
+            # The router's own process (runrouter replaced itself with it) shows no key to `ps`.
+            assert key not in " ".join(psutil.Process(router.pid).cmdline())
+            assert await served_by(client, "conversation-1") == "keyed"
+        finally:
+            await client.aclose()
+            router.terminate()
+            router.wait(10)
+    # Its requests for the answer, that is; its health checks go to /health, which needs no key.
+    chats = [headers for headers, body in engine.requests if body.get("messages")]
+    assert chats, "the router sent the engine no answer"
+    assert {headers.get("authorization") for headers in chats} == {f"Bearer {key}"}
