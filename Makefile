@@ -152,6 +152,9 @@ bench: prepare
 # (WEB_PROCESSES behind nginx). LOAD_FLAGS: the user model's other flags (python -m bench.load.run
 # --help), e.g. "--think-min 5 --think-max 15". Defaults are given in the recipe rather than with ?=, so
 # these knobs of a benchmark stay out of the product's settings (docs/configuration.md).
+# It runs on a database and a Redis of its own (bench.load.stores: LOADTEST_DATABASE_URL, default SQLite
+# in var/loadtest/; LOADTEST_REDIS_URL, default a bundled Redis of its own), never on those `make run`
+# serves unless LOAD_FLAGS has --on-product-stores.
 # Locust comes from requirements/load.txt, into .venv beside the product. Results under var/loadtest/.
 LOAD_STAMP := $(VENV)/.installed-load
 $(LOAD_STAMP): requirements/load.txt $(BIN)/.installed

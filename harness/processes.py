@@ -5,6 +5,7 @@ and exercise the daphne and the Redis that `make run` runs.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import redis
@@ -107,6 +109,10 @@ def redis_serving(url: str, *, bundled: bool) -> Iterator[None]:
         if process is not None and process.poll() is None:
             process.terminate()
             process.wait(10)
+        if process is not None:
+            # Its data folder (manage.py runredis: one a port) goes with it: nothing in it outlives the run.
+            data = Path(os.environ.get("DATA_DIR") or ROOT / "var") / f"redis-{urlsplit(url).port}"
+            shutil.rmtree(data, ignore_errors=True)
 
 
 def stop_group(process: subprocess.Popen, how: signal.Signals, seconds: float) -> None:

@@ -27,6 +27,7 @@ from django.conf import settings
 
 from bench import setup
 from bench.bench_relay import FastEngineProcess
+from bench.load import stores
 from bench.load.model import Model
 from bench.load.steps import Peaks, Profile, figures, take
 from bench.processes import (
@@ -34,9 +35,8 @@ from bench.processes import (
     engine_config,
     engine_running,
     product_process,
-    redis_running,
 )
-from harness.processes import ROOT
+from harness.processes import ROOT, redis_serving
 from harness.stand_in_engine import StandInEngine
 
 
@@ -120,8 +120,10 @@ def locust(options: argparse.Namespace, model: Model, base: str, plan: Path, out
     return subprocess.run(command, cwd=ROOT, env=env).returncode
 
 
-def main() -> None:
+def main(chosen: stores.Stores) -> None:
     # The users and the check reach the models, which load once Django is set up (bench.setup).
+    from django.core.management import call_command
+
     from bench.load.check import check_answers, summary
     from bench.load.population import population
 
@@ -154,6 +156,11 @@ def main() -> None:
     cli.add_argument("--topology", choices=("single", "cluster"), default="single")
     cli.add_argument("--web-processes", type=int, default=2, help="cluster: web processes behind nginx")
     cli.add_argument("--output", type=Path, default=Path(settings.DATA_DIR) / "loadtest")
+    cli.add_argument(
+        stores.FLAG,
+        action="store_true",
+        help="run on the product's DATABASE_URL and REDIS_URL (default: its own, bench.load.stores)",
+    )
     for field in fields(Model):
         cli.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default), default=field.default)
     options = cli.parse_args()
@@ -162,8 +169,15 @@ def main() -> None:
     out.mkdir(parents=True)
     (out / "parameters.json").write_text(json.dumps(vars(options), default=str, indent=1))
     steps = options.steps or [options.users]
+    where = "its own" if chosen.own_redis else "REDIS_URL's"
+    print(f"Load test on the database {settings.DATABASES['default']['NAME']} and Redis {where}")
+    call_command("migrate", interactive=False, verbosity=0)
     rows, results, codes = [], [], []
-    with redis_running(), engine(options) as engine_url, product(options, engine_url) as (base, pids):
+    with (
+        redis_serving(settings.REDIS_URL, bundled=chosen.own_redis),
+        engine(options) as engine_url,
+        product(options, engine_url) as (base, pids),
+    ):
         with population(max(steps), model.weights) as (plan, usernames), bulk_job(options, engine_url) as job:
             plan_file = out / "plan.json"
             plan_file.write_text(json.dumps(plan))
@@ -207,5 +221,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # Before the settings are read: the run's stores are its own (bench.load.stores).
+    chosen = stores.choose(os.environ, on_product_stores=stores.FLAG in sys.argv)
+    stores.configure(os.environ, chosen)
     setup()
-    main()
+    main(chosen)

