@@ -44,12 +44,6 @@ class Skip(NamedTuple):
 # list only shrinks.
 SKIPS = [
     Skip(
-        "CKV_K8S_35",
-        "Secrets as environment variables: the settings read DATABASE_URL, REDIS_URL, INFERENCE_API_KEY, "
-        "MONITORING_METRICS_TOKEN and the passwords from the environment only; the processes that parse "
-        "untrusted documents run with an empty environment (documents/child.py).",
-    ),
-    Skip(
         "CKV_K8S_43",
         "Image digests: the operator builds the product's image, so its digest exists only after their "
         "build; they pin it in an overlay (kustomize `images:` with `digest:`). deploy/k8s names a fixed "

@@ -1,16 +1,18 @@
 """deploy/k8s, rendered by `kubectl kustomize`, runs what the code says: each container runs its
-Procfile line, sets only variables the product reads, and starts in production mode once the
+Procfile line, sets only variables the product reads, reads only the secrets it needs, as files
+mounted at /run/secrets/chat (NAME_FILE), and starts in production mode from them once the
 Secret is filled in; the probes reach the health views on the ports the processes listen on, and
 the Celery processes' probes (commands) pass while the process works and fail once it is stuck;
 the ingress outlasts the longest answer and takes the largest upload; exactly one beat runs;
-the router finds the engine pods and is what INFERENCE_URL names; only the pods that need it are
-reachable; the manifests are valid for Kubernetes 1.33.
+the router finds the engine pods, is what INFERENCE_URL names, and takes the engines' key from its
+file; only the pods that need it are reachable, and each pod may reach only what its process
+connects to (egress); the manifests are valid for Kubernetes 1.33.
 
 These tests read the rendered manifests and check them against the code (tests/topology/test_k8s_checkov.py
 scans them and checks their hardening). No cluster or container engine ran here: neither the
 manifests nor deploy/Dockerfile have been applied or built.
 
-Why one module of about 690 lines: the manifests are rendered once (kubectl kustomize) and
+Why one module of about 920 lines: the manifests are rendered once (kubectl kustomize) and
 every check reads the same objects; split, each file would render them again.
 """
 
@@ -51,8 +53,8 @@ TOOLS = ROOT / ".venv-tools" / "bin"
 # Each product workload's app.kubernetes.io/component label, and the Procfile process it runs.
 PROCESSES = {"web": "web", "worker": "worker", "beat": "beat", "bulk": "bulk", "engine": "inference"}
 # Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy,
-# and the router runs from vLLM's own image with service discovery (router.yaml) instead of
-# `runrouter`'s fixed replicas.
+# and the router runs vllm-router (through enginehost.routerlaunch) with service discovery
+# (router.yaml) instead of `runrouter`'s fixed replicas.
 NOT_DEPLOYED = {"redis", "nginx", "router"}
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
 INGRESS = "nginx.ingress.kubernetes.io/"
@@ -148,7 +150,7 @@ def every_container(objects: list[dict]) -> list[tuple[dict, dict]]:
 
 def product_containers(objects: list[dict]) -> list[dict]:
     """Every container that runs a process of the product's, with its settings: all but the
-    router's, which runs vllm-router."""
+    router's, which runs vllm-router (enginehost.routerlaunch reads no settings)."""
     return [
         c
         for w, c in every_container(objects)
@@ -230,13 +232,44 @@ SECRETS_READ = {
 }
 
 
-def secrets_of(container: dict) -> set[str]:
+# Where every container finds its secrets' files; the settings (chatsite.env.env_secret) and the
+# router (enginehost.routerlaunch) read each from the file NAME_FILE names.
+SECRETS_FOLDER = PurePosixPath("/run/secrets/chat")
+# Readable by the owner (root) and the group, the pods' fsGroup; by no other user.
+SECRET_FILE_MODE = 0o440
+
+
+def mounted_secrets(workload: dict, container: dict) -> dict[str, PurePosixPath]:
+    """The keys of chat-secrets mounted into `container`, each with the path of its file there."""
+    volumes = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        source = volumes.get(mount["name"], {}).get("secret")
+        if source is None:
+            continue
+        assert source["secretName"] == "chat-secrets", container["name"]
+        assert mount.get("readOnly") is True and "subPath" not in mount, container["name"]
+        # `items` only: without them every key of the Secret would be a file here.
+        assert source["items"], container["name"]
+        for item in source["items"]:
+            assert item.get("mode", source.get("defaultMode")) == SECRET_FILE_MODE, (container["name"], item)
+            files[item["key"]] = PurePosixPath(mount["mountPath"]) / item["path"]
+    return files
+
+
+def secrets_of(workload: dict, container: dict) -> set[str]:
+    """The secrets `container` can read: as files only, each named by its NAME_FILE variable."""
     assert not any("secretRef" in source for source in container.get("envFrom", [])), container["name"]
-    return {
-        variable["valueFrom"]["secretKeyRef"]["key"]
-        for variable in container.get("env", [])
-        if "secretKeyRef" in variable.get("valueFrom", {})
+    variables = container.get("env", [])
+    assert not [v for v in variables if "secretKeyRef" in v.get("valueFrom", {})], container["name"]
+    files = mounted_secrets(workload, container)
+    named = {
+        v["name"].removesuffix("_FILE"): PurePosixPath(v["value"])
+        for v in variables
+        if v["name"].endswith("_FILE")
     }
+    assert named == {key: SECRETS_FOLDER / key for key in files} == files, container["name"]
+    return set(files)
 
 
 def test_every_product_container_runs_one_image_with_the_config_and_only_the_secrets_it_reads(objects):
@@ -245,8 +278,34 @@ def test_every_product_container_runs_one_image_with_the_config_and_only_the_sec
     for container in containers:
         sources = {(kind, s[kind]["name"]) for s in container.get("envFrom", []) for kind in s}
         assert sources == {("configMapRef", "chat-config")}, container["name"]
-    assert {c["name"]: secrets_of(c) for _, c in every_container(objects)} == SECRETS_READ
+    assert {c["name"]: secrets_of(w, c) for w, c in every_container(objects)} == SECRETS_READ
     assert set().union(*SECRETS_READ.values()) == set(secret(objects))  # none the Secret holds for nobody
+
+
+def test_the_secrets_files_are_readable_by_the_pods_group_only(objects):
+    for component, workload in workloads(objects).items():
+        context = pod_spec(workload)["securityContext"]
+        # The kubelet writes the files as root; the pod's fsGroup is their group, so the process
+        # (its user's group) reads them under 0440 and no other user does.
+        assert context["fsGroup"] == context["runAsGroup"], component
+        for container in pod_spec(workload).get("initContainers", []) + pod_spec(workload)["containers"]:
+            assert mounted_secrets(workload, container), container["name"]
+
+
+def as_mounted(objects: list[dict], component: str, name: str, folder: Path, **values: str) -> dict[str, str]:
+    """The NAME_FILE variables of container `name` (of workload `component`) with their files as the
+    kubelet would write them, holding the Secret's values (or `values`), under `folder`."""
+    workload = workloads(objects)[component]
+    containers = pod_spec(workload).get("initContainers", []) + pod_spec(workload)["containers"]
+    container = next(c for c in containers if c["name"] == name)
+    contents = {**secret(objects), **values}
+    env = {}
+    for key, path in mounted_secrets(workload, container).items():
+        local = folder / path.relative_to("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(contents[key])
+        env[f"{key}_FILE"] = str(local)
+    return env
 
 
 def selected(selector: dict, labels: dict[str, str]) -> bool:
@@ -268,7 +327,7 @@ def test_only_the_products_own_pods_reach_the_engines_and_the_router(objects):
         ("router", {"web", "worker", "bulk"}, {8000, 29000}),
     ):
         [policy] = [p for p in policies if selected(p["spec"]["podSelector"], pods[target])]
-        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert "Ingress" in policy["spec"]["policyTypes"]
         [rule] = policy["spec"]["ingress"]
         allowed = {
             c for c, labels in pods.items() for peer in rule["from"] if selected(peer["podSelector"], labels)
@@ -306,6 +365,8 @@ print(json.dumps({
     "ALLOWED_HOSTS": settings.ALLOWED_HOSTS,
     "SECURE_PROXY_SSL_HEADER": getattr(settings, "SECURE_PROXY_SSL_HEADER", None),
     "TRUSTED_PROXIES": settings.TRUSTED_PROXIES,
+    "SECRET_KEY": settings.SECRET_KEY,
+    "REDIS_URL": settings.REDIS_URL,
 }))
 """
 
@@ -314,44 +375,55 @@ print(json.dumps({
 INGRESS_PODS = "10.244.3.17,10.244.5.9"
 
 
-def run_product(objects: list[dict], **overrides: str) -> subprocess.CompletedProcess:
-    """The product's settings and `check --deploy` under the ConfigMap and the Secret alone."""
+def run_product(objects: list[dict], folder: Path, **overrides: str) -> subprocess.CompletedProcess:
+    """The product's settings and `check --deploy` under the ConfigMap and the Secret alone, the
+    Secret's keys as files, as a web pod has them (an override of one of them goes in its file)."""
+    keys = set(secret(objects))
+    files = as_mounted(objects, "web", "web", folder, **{k: v for k, v in overrides.items() if k in keys})
     env = {
         **config(objects),
-        **secret(objects),
+        **files,
         "PATH": os.environ["PATH"],
         "DJANGO_SETTINGS_MODULE": "chatsite.settings",
-        **overrides,
+        **{k: v for k, v in overrides.items() if k not in keys},
     }
     command = [sys.executable, "-c", PRODUCTION_CHECK]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_it_refuses_to_start_until_the_secret_key_and_the_trusted_proxies_are_replaced(objects):
-    result = run_product(objects)
+def test_it_refuses_to_start_until_the_secret_key_and_the_trusted_proxies_are_replaced(objects, tmp_path):
+    result = run_product(objects, tmp_path / "placeholders")
     assert result.returncode != 0
     assert "TRUSTED_PROXIES" in result.stderr or "SECRET_KEY must be set" in result.stderr
-    result = run_product(objects, TRUSTED_PROXIES=INGRESS_PODS)
+    result = run_product(objects, tmp_path / "proxies", TRUSTED_PROXIES=INGRESS_PODS)
     assert "SECRET_KEY must be set" in result.stderr
     metrics = secrets.token_urlsafe(32)
-    result = run_product(objects, SECRET_KEY=secrets.token_urlsafe(50), MONITORING_METRICS_TOKEN=metrics)
+    result = run_product(
+        objects, tmp_path / "key", SECRET_KEY=secrets.token_urlsafe(50), MONITORING_METRICS_TOKEN=metrics
+    )
     assert "TRUSTED_PROXIES: 'REPLACE_ME' is not an address or a network" in result.stderr
 
 
-def test_it_refuses_a_placeholder_or_short_metrics_token_in_production(objects):
+def test_it_refuses_a_placeholder_or_short_metrics_token_in_production(objects, tmp_path):
     key = secrets.token_urlsafe(50)
-    for token in ("REPLACE_ME", "short-token", "x" * 40):
+    for number, token in enumerate(("REPLACE_ME", "short-token", "x" * 40)):
         result = run_product(
-            objects, SECRET_KEY=key, MONITORING_METRICS_TOKEN=token, TRUSTED_PROXIES=INGRESS_PODS
+            objects,
+            tmp_path / str(number),
+            SECRET_KEY=key,
+            MONITORING_METRICS_TOKEN=token,
+            TRUSTED_PROXIES=INGRESS_PODS,
         )
         assert result.returncode != 0, token
         assert "MONITORING_METRICS_TOKEN" in result.stderr
 
 
-def test_it_runs_in_production_mode_once_the_secret_is_filled_in(objects):
+def test_it_runs_in_production_mode_once_the_secret_is_filled_in(objects, tmp_path):
+    key = secrets.token_urlsafe(50)
     result = run_product(
         objects,
-        SECRET_KEY=secrets.token_urlsafe(50),
+        tmp_path,
+        SECRET_KEY=key,
         MONITORING_METRICS_TOKEN=secrets.token_urlsafe(32),
         TRUSTED_PROXIES=INGRESS_PODS,
     )
@@ -362,6 +434,8 @@ def test_it_runs_in_production_mode_once_the_secret_is_filled_in(objects):
     # TLS ends at the ingress: without these Django sees plain HTTP and every client as the proxy.
     assert values["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
     assert values["TRUSTED_PROXIES"]
+    # From the mounted files: no secret is in the environment.
+    assert (values["SECRET_KEY"], values["REDIS_URL"]) == (key, secret(objects)["REDIS_URL"])
 
 
 def test_the_web_probes_reach_the_health_views_on_the_web_port(objects):
@@ -474,6 +548,26 @@ def test_the_router_discovers_the_engine_pods_and_no_others(objects):
     assert namespace["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
 
 
+def test_the_router_takes_the_engines_key_from_its_file_not_its_command_line(objects, tmp_path, monkeypatch):
+    from vllm_router.launch_router import parse_router_args
+
+    from enginehost import routerlaunch
+
+    router = main_container(workloads(objects)["router"])
+    assert router["command"] == ["python", "-m", "enginehost.routerlaunch"]
+    # vllm-router's own arguments, without the key, which `ps` would show.
+    args = [arg.replace("$(POD_NAMESPACE)", "chat") for arg in router["args"]]
+    assert not [arg for arg in args if arg.startswith("--api-key")]
+    assert parse_router_args(args).api_key is None
+    # routerlaunch gives it the key from the mounted file.
+    key = secrets.token_urlsafe(32)
+    files = as_mounted(objects, "router", "router", tmp_path, INFERENCE_API_KEY=key)
+    assert set(files) == {"INFERENCE_API_KEY_FILE"}
+    monkeypatch.delenv("INFERENCE_API_KEY", raising=False)
+    monkeypatch.setenv("INFERENCE_API_KEY_FILE", files["INFERENCE_API_KEY_FILE"])
+    assert routerlaunch.engine_key() == key
+
+
 def test_the_router_routes_and_sets_failing_engines_aside_as_make_run_s_does(objects):
     router = main_container(workloads(objects)["router"])
     args = router.get("command", []) + router.get("args", [])
@@ -518,12 +612,54 @@ def test_the_router_may_watch_the_pods_it_discovers(objects):
     assert all(allows(rules, verb) for verb in ("get", "list", "watch"))
 
 
+MIGRATE = "python manage.py migrate --noinput && exec python manage.py bootstrap_users"
+
+
 def test_a_job_migrates_the_database_before_creating_the_accounts(objects):
     job = workloads(objects)["migrate"]
     assert job["kind"] == "Job"
     script = main_container(job)["command"]
     assert script[:2] == ["sh", "-c"]
-    assert script[2].startswith("python manage.py migrate --noinput && ")
+    assert script[2].endswith("; " + MIGRATE)
+
+
+PASSWORDS = """
+import json
+import django
+from django.conf import settings
+
+django.setup()
+print(json.dumps({"STAFF_PASSWORD": settings.STAFF_PASSWORD, "DEMO_PASSWORD": settings.DEMO_PASSWORD}))
+"""
+
+
+def test_the_job_takes_an_empty_password_file_as_no_password(objects, tmp_path):
+    # The placeholder Secret's passwords are empty (bootstrap_users then picks random ones), and the
+    # settings refuse an empty NAME_FILE: the Job's script forgets those first.
+    script = main_container(workloads(objects)["migrate"])["command"]
+    prelude = script[2].removesuffix(MIGRATE)
+    assert prelude != script[2]
+    for number, (staff, demo) in enumerate((("", ""), ("a staff password", ""), ("", "\n"))):
+        env = {
+            **config(objects),
+            **as_mounted(
+                objects,
+                "migrate",
+                "migrate",
+                tmp_path / str(number),
+                SECRET_KEY=secrets.token_urlsafe(50),
+                STAFF_PASSWORD=staff,
+                DEMO_PASSWORD=demo,
+            ),
+            "TRUSTED_PROXIES": INGRESS_PODS,
+            "PATH": os.environ["PATH"],
+            "DJANGO_SETTINGS_MODULE": "chatsite.settings",
+        }
+        command = ["sh", "-c", prelude + 'exec "$0" -c "$1"', sys.executable, PASSWORDS]
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        passwords = json.loads(result.stdout.splitlines()[-1])
+        assert passwords == {"STAFF_PASSWORD": staff.strip(), "DEMO_PASSWORD": demo.strip()}
 
 
 def test_the_image_and_the_manifests_agree(objects):
@@ -567,8 +703,103 @@ def test_the_web_pods_admit_the_ingress_controller_only_and_the_other_pods_nothi
     assert [port["port"] for port in rule["ports"]] == [int(config(objects)["WEB_PORT"])]
     for component in ("worker", "beat", "bulk", "migrate"):
         [policy] = governing[component]
-        assert policy["spec"]["policyTypes"] == ["Ingress"] and not policy["spec"].get("ingress"), component
+        assert "Ingress" in policy["spec"]["policyTypes"] and not policy["spec"].get("ingress"), component
         assert "ports" not in main_container(workloads(objects)[component]), component
+
+
+# The cluster's resolver, as the policies name it (kube-dns: CoreDNS's labels on the common clusters).
+KUBE_DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+DNS = {("dns", "UDP", 53), ("dns", "TCP", 53)}
+# Ports of the Kubernetes API server behind the `kubernetes` Service (443 on managed clusters, 6443
+# on kubeadm's), which the router's service discovery watches.
+KUBERNETES_API = {("any", "TCP", 443), ("any", "TCP", 6443)}
+
+
+def governing_policies(objects: list[dict], component: str) -> list[dict]:
+    labels = pod_labels(workloads(objects)[component])
+    return [o for o in objects if o["kind"] == "NetworkPolicy" and selected(o["spec"]["podSelector"], labels)]
+
+
+def peers(objects: list[dict], rule_peers: list[dict] | None) -> set[str]:
+    """What a rule's `to` (or `from`) names: product workloads by component, "dns", or "any"."""
+    if not rule_peers:
+        return {"any"}
+    names = set()
+    for peer in rule_peers:
+        if peer == KUBE_DNS:
+            names.add("dns")
+            continue
+        # Only the namespace's own pods otherwise: no other namespace, no address block.
+        assert set(peer) == {"podSelector"}, peer
+        found = {c for c, w in workloads(objects).items() if selected(peer["podSelector"], pod_labels(w))}
+        assert found, peer
+        names |= found
+    return names
+
+
+def egress_of(objects: list[dict], component: str) -> set[tuple[str, str, int]]:
+    """Where a workload's pods may connect: (destination, protocol, port)."""
+    allowed = set()
+    policies = [p for p in governing_policies(objects, component) if "Egress" in p["spec"]["policyTypes"]]
+    assert policies, f"no policy limits what the {component} pods may reach"
+    for policy in policies:
+        for rule in policy["spec"].get("egress", []):
+            # A rule without ports would open every port of its destinations.
+            assert rule.get("ports"), (policy["metadata"]["name"], rule)
+            for destination in peers(objects, rule.get("to")):
+                allowed |= {(destination, p.get("protocol", "TCP"), p["port"]) for p in rule["ports"]}
+    return allowed
+
+
+def test_every_pod_may_reach_only_what_its_process_connects_to(objects):
+    values = secret(objects)
+    # The managed services', outside the manifests: their ports, at any address.
+    redis = {("any", "TCP", urlsplit(values["REDIS_URL"]).port)}
+    database = {("any", "TCP", urlsplit(values["DATABASE_URL"]).port)}
+    inference = {("router", "TCP", 8000), ("router", "TCP", 29000), ("engine", "TCP", engine_port(objects))}
+    expected = {
+        # The chat, the API and the dashboard; the Celery workers' bulk jobs and housekeeping.
+        "web": DNS | redis | database | inference,
+        "worker": DNS | redis | database | inference,
+        "bulk": DNS | redis | database | inference,
+        "beat": DNS | redis | database,
+        "migrate": DNS | redis | database,
+        # runinference's start-up state in Redis; the model is on its volume.
+        "engine": DNS | redis,
+        "router": DNS | {("engine", "TCP", engine_port(objects))} | KUBERNETES_API,
+    }
+    assert {component: egress_of(objects, component) for component in workloads(objects)} == expected
+    # The engine, which runs the model: the resolver and Redis, and no other port anywhere.
+    ports = {(protocol, port) for _, protocol, port in egress_of(objects, "engine")}
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", urlsplit(values["REDIS_URL"]).port)}
+    assert {d for d, _, port in egress_of(objects, "engine") if port == 53} == {"dns"}
+
+
+def test_what_a_pod_may_send_to_another_the_other_admits_and_the_reverse(objects):
+    # Between the product's own pods, egress and ingress allow the same connections: a connection
+    # one side refuses is a rule that does nothing, or a call that cannot work.
+    sent = {
+        (source, destination, port)
+        for source in workloads(objects)
+        for destination, _, port in egress_of(objects, source)
+        if destination in workloads(objects)
+    }
+    admitted = set()
+    for destination in workloads(objects):
+        for policy in governing_policies(objects, destination):
+            for rule in policy["spec"].get("ingress", []):
+                sources = {
+                    c
+                    for peer in rule.get("from", [])
+                    if set(peer) == {"podSelector"}
+                    for c, w in workloads(objects).items()
+                    if selected(peer["podSelector"], pod_labels(w))
+                }
+                admitted |= {(s, destination, p["port"]) for s in sources for p in rule["ports"]}
+    assert sent == admitted
 
 
 def test_the_engine_pod_is_restarted_only_when_its_server_stays_down_longer_than_a_restart(objects):
