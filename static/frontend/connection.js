@@ -15,6 +15,11 @@ const FALLBACK_AFTER = 3;
 const REMEMBERED = "chat-transport";
 // A socket a proxy holds open without ever upgrading it counts as one that failed.
 const OPEN_TIMEOUT_MS = 8000;
+// Reconnects back off exponentially from RETRY_BASE_MS to RETRY_CAP_MS with full jitter: each wait
+// is drawn between 0 and its bound, so the sockets one restart cut come back spread over the window
+// instead of all at once.
+const RETRY_BASE_MS = 500;
+const RETRY_CAP_MS = 10000;
 
 export class Connection {
   constructor(path, { onOpen, onFrame, onLost, onLoggedOut }) {
@@ -22,7 +27,7 @@ export class Connection {
     this.handlers = { onOpen, onFrame, onLost, onLoggedOut };
     this.socket = null;
     this.outbox = [];
-    this.retryDelay = 500;
+    this.retryBound = RETRY_BASE_MS;
     this.neverOpened = 0; // tries in a row that never opened
     this.http = null; // the HTTP transport, once the socket has been given up
     this.unheard = null;
@@ -52,7 +57,7 @@ export class Connection {
       opened = true;
       clearTimeout(timer);
       this.neverOpened = 0;
-      this.retryDelay = 500;
+      this.retryBound = RETRY_BASE_MS;
       this.handlers.onOpen();
       this.unheard = [];
       while (this.outbox.length) this.send(this.outbox.shift());
@@ -77,15 +82,21 @@ export class Connection {
         this.outbox.unshift(...(this.unheard || []));
         this.unheard = null;
         this.handlers.onLost();
-        const wait = refusal && refusal.retry_after ? refusal.retry_after * 1000 : this.retryDelay;
+        const wait = refusal && refusal.retry_after ? refusal.retry_after * 1000 : this.nextWait();
         setTimeout(() => this.open(), wait);
         return;
       }
       if (!opened && ++this.neverOpened >= FALLBACK_AFTER) { this.useHttp(); return; }
       if (opened) this.handlers.onLost();
-      setTimeout(() => this.open(), this.retryDelay);
-      this.retryDelay = Math.min(this.retryDelay * 2, 10000);
+      setTimeout(() => this.open(), this.nextWait());
     });
+  }
+
+  // The wait before the next try: uniform between 0 and the bound, which doubles up to its cap.
+  nextWait() {
+    const bound = this.retryBound;
+    this.retryBound = Math.min(bound * 2, RETRY_CAP_MS);
+    return Math.random() * bound;
   }
 
   // Sends now, or queues until the socket is open; returns whether it went out now.
