@@ -16,9 +16,9 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 
 from answers.metrics import admission_refused  # noqa: E402
+from chat.protocol import refused  # noqa: E402
+from chat.routing import websocket_urlpatterns  # noqa: E402
 from chatsite.errors import json_body  # noqa: E402
-from frontend.protocol import refused  # noqa: E402
-from frontend.routing import websocket_urlpatterns  # noqa: E402
 from httpkit.pending import PendingBound  # noqa: E402
 
 application = PendingBound(

@@ -53,7 +53,8 @@ INSTALLED_APPS = [
     "answers",
     "apitokens",
     "jobs",
-    "frontend",
+    "conversations",
+    "chat",
     "openai_api",
     "monitoring",
     "csp",
@@ -259,7 +260,7 @@ LOGGING = {
     "loggers": {"httpx": {"level": "WARNING"}},
 }
 
-# Chat experience (frontend/).
+# Chat experience (chat/, conversations/).
 # Upper bound of a conversation's "max answer length" setting, in tokens.
 CHAT_MAX_TOKENS_LIMIT = env_int("CHAT_MAX_TOKENS_LIMIT", 2048, minimum=1)
 CHAT_SYSTEM_PROMPT_MAX_CHARS = env_int("CHAT_SYSTEM_PROMPT_MAX_CHARS", 4000, minimum=1)
@@ -320,7 +321,7 @@ BULK_PDF_TIMEOUT = env_float("BULK_PDF_TIMEOUT", 30.0, minimum=1.0)
 BULK_PDF_CPU_SECONDS = env_int("BULK_PDF_CPU_SECONDS", 20, minimum=1)
 DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS
 
-# Resilience: timeouts, circuit breaker, admission control, resumable streams (frontend/, inference/).
+# Resilience: timeouts, circuit breaker, admission control, resumable streams (chat/, inference/).
 CHAT_FIRST_TOKEN_TIMEOUT = env_float("CHAT_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
 CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
 CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
@@ -375,7 +376,7 @@ CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=
 MONITORING_HISTORY_SAMPLE_SECONDS = 10.0
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-answers": {
-        "task": "frontend.tasks.sweep_stale_answers",
+        "task": "chat.tasks.sweep_stale_answers",
         "schedule": CHAT_STALE_AFTER_SECONDS / 2,
     },
     "monitoring-history": {

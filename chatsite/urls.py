@@ -13,7 +13,8 @@ urlpatterns = [
     path("", include("openai_api.urls")),
     path("", include("usage.urls")),
     path("", include("apitokens.urls")),
-    path("", include("frontend.urls")),
+    path("", include("conversations.urls")),
+    path("", include("chat.urls")),
 ]
 
 # A request that waited out the database pool is refused as `busy`, not failed (chatsite.errors).

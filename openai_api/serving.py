@@ -32,7 +32,7 @@ import redisconn
 from answers import admission, ownership, watcher
 from answers.run import AnswerRun, Outcome, cache_salt_for
 from answers.status import AnswerStatus
-from frontend import services
+from conversations import exchanges
 from httpkit.errors import Refusal
 from inference.client import ChatRequest, Completion, EngineClient, TextDelta
 from openai_api import protocol
@@ -128,7 +128,7 @@ class ApiAnswer(AnswerRun):
         self.record_usage(outcome)
         if self.chat.store:
             answer = {**outcome.stored(), "completion_tokens": outcome.completion_tokens or self.seq}
-            services.api_exchange_store(
+            exchanges.api_exchange_store(
                 user=self._user,
                 messages=self.chat.messages,
                 model_name=self.chat.model,
@@ -181,7 +181,7 @@ def abandoned_record(claim: ownership.Claim, record: dict[str, str]) -> None:
     )
     if "store" in record:
         request = orjson.loads(record["store"])
-        services.api_exchange_store(
+        exchanges.api_exchange_store(
             user=get_user_model().objects.get(pk=claim.user_id),
             messages=request["messages"],
             model_name=request["model"],

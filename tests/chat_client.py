@@ -11,7 +11,7 @@ def long_answer_conversation(user, max_tokens: int = 1024) -> int:
     """A conversation whose answers run to exactly `max_tokens`: the engine may not end an
     answer before its `min_tokens` floor, so a test that stops, kills or reloads mid-answer
     acts while the answer is still running, whatever the model would have said."""
-    from frontend import services
+    from conversations import services
 
     settings_data = {"max_tokens": max_tokens, "min_tokens": max_tokens, "temperature": 0}
     return services.conversation_create(user=user, settings_data=settings_data).pk
@@ -19,10 +19,10 @@ def long_answer_conversation(user, max_tokens: int = 1024) -> int:
 
 def answered_turn(user, question: str, answer: str, **fields):
     """A new conversation with one question and its finished answer (message_finish's `fields`)."""
-    from frontend import services
+    from conversations import turns
 
-    turn = services.chat_turn_start(user=user, conversation_id=None, content=question)
-    services.message_finish(
+    turn = turns.chat_turn_start(user=user, conversation_id=None, content=question)
+    turns.message_finish(
         message_id=turn.assistant_message_id, content=answer, **{"status": "complete", **fields}
     )
     return turn

@@ -2,7 +2,7 @@
 
 from channels.testing import WebsocketCommunicator
 
-from frontend.consumers import ChatConsumer
+from chat.consumers import ChatConsumer
 
 
 async def connected(user) -> WebsocketCommunicator:

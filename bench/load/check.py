@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from frontend.models import Message
+from conversations.models import Message
 
 SETTLE_SECONDS = 15
 

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.test import AsyncClient, AsyncRequestFactory
 
 from apitokens.services import token_issue, token_revoke
-from frontend.models import Conversation, Message
+from conversations.models import Conversation, Message
 from inference.client import EngineError
 from openai_api import views
 from tests.fake_engine import FakeEngine

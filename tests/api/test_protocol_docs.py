@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from frontend import protocol
-from frontend.consumers import ChatConsumer
+from chat import protocol
+from chat.consumers import ChatConsumer
 from httpkit.errors import ERRORS, ErrorCode, Refusal
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()

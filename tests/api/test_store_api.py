@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from apitokens.services import token_issue
 from audit.models import ConversationRead
-from frontend import services
-from frontend.models import Conversation, Message
+from conversations import services, turns
+from conversations.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def bearer(user, scopes=("store.read",)) -> dict:
 
 def conversations(owner, n: int) -> list[int]:
     return [
-        services.chat_turn_start(user=owner, conversation_id=None, content=f"q{i}").conversation_id
+        turns.chat_turn_start(user=owner, conversation_id=None, content=f"q{i}").conversation_id
         for i in range(n)
     ]
 
@@ -113,8 +113,8 @@ def test_it_lets_readers_of_all_conversations_read_everyone_and_records_it(clien
 
 
 def test_it_returns_every_version_with_parents_and_figures(client, alice):
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
-    services.message_finish(
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    turns.message_finish(
         message_id=turn.assistant_message_id,
         content="Hello",
         status="complete",
@@ -125,7 +125,7 @@ def test_it_returns_every_version_with_parents_and_figures(client, alice):
         ttft_ms=80.5,
         duration_ms=120.0,
     )
-    again = services.chat_turn_regenerate(user=alice, message_id=turn.assistant_message_id)
+    again = turns.chat_turn_regenerate(user=alice, message_id=turn.assistant_message_id)
     client.force_login(alice)
     detail = client.get(f"/api/conversations/{turn.conversation_id}/").json()
     assert detail["current_leaf"] == again.assistant_message_id
@@ -146,9 +146,9 @@ def test_it_returns_every_version_with_parents_and_figures(client, alice):
 def test_it_filters_by_archived_and_gives_each_search_result_its_snippet(client, alice):
     [kept] = conversations(alice, 1)
     long = "Antarctic birds eat " + "a great deal of " * 10 + "KRILL, and fish, and squid " * 8
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="What do penguins eat?")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="What do penguins eat?")
     archived = turn.conversation_id
-    services.message_finish(message_id=turn.assistant_message_id, content=long, status="complete")
+    turns.message_finish(message_id=turn.assistant_message_id, content=long, status="complete")
     services.conversation_flag(user=alice, conversation_id=archived, data={"archived": True})
     headers = bearer(alice)
 

@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from frontend import services
-from frontend.models import Conversation, Message
+from conversations import services, turns
+from conversations.models import Conversation, Message
 from tests.conftest import LOADS_SETTLED, log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,9 +52,9 @@ def stored_history(user) -> Conversation:
         user=user, settings_data={"max_tokens": 512, "min_tokens": 512, "temperature": 0}
     )
     for question, answer in HISTORY:
-        turn = services.chat_turn_start(user=user, conversation_id=conversation.pk, content=question)
+        turn = turns.chat_turn_start(user=user, conversation_id=conversation.pk, content=question)
         text = answer + "\n\n" + "Timing matters more than equipment, so read the whole recipe first. " * 8
-        services.message_finish(message_id=turn.assistant_message_id, content=text, status="complete")
+        turns.message_finish(message_id=turn.assistant_message_id, content=text, status="complete")
     return conversation
 
 
@@ -208,11 +208,9 @@ def test_it_sends_a_message_typed_before_the_connection_is_up_once_it_is(page, p
 
 def test_it_searches_renames_and_deletes_conversations(page, product_server):
     user = get_user_model().objects.create_user("dora", password="pw-dora-1234")
-    penguins = services.chat_turn_start(user=user, conversation_id=None, content="What do penguins eat?")
-    services.message_finish(
-        message_id=penguins.assistant_message_id, content="Mostly krill.", status="complete"
-    )
-    services.chat_turn_start(user=user, conversation_id=None, content="Tell me about volcanoes")
+    penguins = turns.chat_turn_start(user=user, conversation_id=None, content="What do penguins eat?")
+    turns.message_finish(message_id=penguins.assistant_message_id, content="Mostly krill.", status="complete")
+    turns.chat_turn_start(user=user, conversation_id=None, content="Tell me about volcanoes")
     log_in(page, product_server, "dora", "pw-dora-1234")
     assert page.locator("#conversation-list .conv").count() == 2
 

@@ -5,8 +5,8 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 
-from frontend import services
-from frontend.models import Message
+from conversations import services
+from conversations.models import Message
 from tests.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,8 +5,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from frontend import services
-from frontend.models import Message
+from conversations import turns
+from conversations.models import Message
 from tests.chat_client import long_answer_conversation
 from tests.conftest import log_in
 
@@ -15,8 +15,8 @@ DARK_BACKGROUND = "rgb(23, 24, 28)"
 
 
 def stored_conversation(user):
-    turn = services.chat_turn_start(user=user, conversation_id=None, content="Name a colour.")
-    services.message_finish(
+    turn = turns.chat_turn_start(user=user, conversation_id=None, content="Name a colour.")
+    turns.message_finish(
         message_id=turn.assistant_message_id,
         content="**Blue**, as the sky.",
         status="complete",

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from frontend.models import Conversation, ConversationDocument
+from conversations.models import Conversation, ConversationDocument
 from tests.chat_client import answered_turn
 from tests.conftest import log_in
 

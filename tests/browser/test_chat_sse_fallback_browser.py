@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from frontend import services
-from frontend.models import Message
+from conversations import services
+from conversations.models import Message
 from tests.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)

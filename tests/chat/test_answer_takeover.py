@@ -16,10 +16,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from answers import drain, ownership, takeover
 from answers.run import RUNNING
-from frontend import generation as generation_module
-from frontend import services, streams
-from frontend.generation import Generation, follow
-from frontend.models import Message
+from chat import generation as generation_module
+from chat import streams
+from chat.generation import Generation, follow
+from conversations import turns
+from conversations.models import Message
 from harness.waiting import until
 from inference.client import EngineError
 from redisconn import client as redis_client
@@ -35,7 +36,7 @@ def alice():
 
 
 async def running_answer(user, script, **engine) -> tuple[Generation, FakeEngine]:
-    turn = await sync_to_async(services.chat_turn_start)(user=user, conversation_id=None, content="count")
+    turn = await sync_to_async(turns.chat_turn_start)(user=user, conversation_id=None, content="count")
     owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=user.pk)
     fake = FakeEngine(script, **engine)
     generation = Generation(turn, user_id=user.pk, engine=fake, owner=owner)
@@ -155,7 +156,7 @@ async def test_a_draining_process_finishes_what_it_can_and_hands_over_the_rest(a
         await generation_module.answer_start(
             user=alice,
             engine=FakeEngine(),
-            start_turn=services.chat_turn_start,
+            start_turn=turns.chat_turn_start,
             conversation_id=None,
             content="hi",
         )

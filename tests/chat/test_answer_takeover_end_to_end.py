@@ -27,8 +27,8 @@ from django.contrib.auth import get_user_model
 from websockets.exceptions import WebSocketException
 
 from apitokens.services import token_issue
+from conversations.models import Message
 from deploy.supervisor import Topology, write
-from frontend.models import Message
 from harness.processes import free_port, ports_in_a_row, redis_answers
 from harness.supervision import BIN, Site, Supervisord, answers, supervisord_running
 from harness.waiting import wait_for

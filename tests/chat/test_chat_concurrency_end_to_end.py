@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from frontend.models import Conversation, Message
+from conversations.models import Conversation, Message
 from jobs import services as jobs
 from jobs.ingest import documents_from_files
 from jobs.models import Job

@@ -8,9 +8,9 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
-from frontend import consumers
-from frontend.consumers import ChatConsumer
-from frontend.models import Conversation, Message
+from chat import consumers
+from chat.consumers import ChatConsumer
+from conversations.models import Conversation, Message
 from inference.client import EngineError
 from tests.consumer_client import connected, until_closed
 from tests.fake_engine import FakeEngine

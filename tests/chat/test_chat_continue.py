@@ -9,9 +9,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from answers import takeover
-from frontend import consumers, services, streams
-from frontend.generation import Generation
-from frontend.models import Conversation, Message
+from chat import consumers, streams
+from chat.generation import Generation
+from conversations import turns
+from conversations.models import Conversation, Message
 from harness.waiting import until
 from redisconn import client as redis_client
 from tests.chat.test_answer_takeover import died, tokens
@@ -91,11 +92,11 @@ async def test_it_refuses_to_continue_anything_else_and_changes_nothing(alice, e
 
 
 async def test_a_continued_answer_taken_over_keeps_the_text_it_had_before(alice):
-    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="A tale")
+    turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="A tale")
     await Message.objects.filter(pk=turn.assistant_message_id).aupdate(
         content="Once upon ", status="complete", finish_reason="length"
     )
-    turn = await sync_to_async(services.chat_turn_continue)(user=alice, message_id=turn.assistant_message_id)
+    turn = await sync_to_async(turns.chat_turn_continue)(user=alice, message_id=turn.assistant_message_id)
     assert turn.prefix == "Once upon "
     owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=alice.pk)
     gate = asyncio.Event()
@@ -129,7 +130,7 @@ def test_two_continues_of_one_answer_at_once_start_it_once(alice):
 
     if not connection.features.has_select_for_update:
         pytest.skip("SQLite serialises writers itself; the row lock is PostgreSQL's")
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="A tale")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="A tale")
     Message.objects.filter(pk=turn.assistant_message_id).update(
         content="Once upon ", status="complete", finish_reason="length"
     )
@@ -138,7 +139,7 @@ def test_two_continues_of_one_answer_at_once_start_it_once(alice):
     def first():
         try:
             with transaction.atomic():
-                services.chat_turn_continue(user=alice, message_id=turn.assistant_message_id)
+                turns.chat_turn_continue(user=alice, message_id=turn.assistant_message_id)
                 first_in.set()
                 second_sent.wait(10)
                 threading.Event().wait(0.5)  # the second is inside by now, at the lock or past it
@@ -149,7 +150,7 @@ def test_two_continues_of_one_answer_at_once_start_it_once(alice):
         first_in.wait(10)
         second_sent.set()
         try:
-            services.chat_turn_continue(user=alice, message_id=turn.assistant_message_id)
+            turns.chat_turn_continue(user=alice, message_id=turn.assistant_message_id)
             return "started"
         except Refusal as refusal:
             return refusal.code

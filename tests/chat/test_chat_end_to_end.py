@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from websockets.exceptions import InvalidStatus
 
-from frontend.models import Conversation, Message
+from conversations.models import Conversation, Message
 from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
 from tests.conftest import engine_gauge
 

@@ -18,9 +18,9 @@ import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 
-from frontend import consumers
-from frontend.consumers import ChatConsumer
-from frontend.models import Message
+from chat import consumers
+from chat.consumers import ChatConsumer
+from conversations.models import Message
 from harness.stand_in_engine import HANG, StandInEngine, serving
 from harness.waiting import wait_for
 from inference.client import OpenAIEngineClient

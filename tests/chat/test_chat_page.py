@@ -5,7 +5,7 @@ import json
 import pytest
 from django.contrib.auth import get_user_model
 
-from frontend.models import Conversation, Message
+from conversations.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
 

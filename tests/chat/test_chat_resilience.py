@@ -23,9 +23,10 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from answers import ownership
-from frontend import consumers, services, streams
-from frontend.generation import Generation
-from frontend.models import Conversation, Message
+from chat import consumers, streams, sweeper
+from chat.generation import Generation
+from conversations import turns
+from conversations.models import Conversation, Message
 from harness.waiting import until
 from redisconn import client as redis_client
 from redisconn import keys, subscription
@@ -76,7 +77,7 @@ async def test_it_keeps_generating_after_the_socket_drops_and_resumes_exactly_th
 
 
 async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(alice):
-    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
     owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
     # Another process asks to stop it before this one has subscribed to the stop channel.
@@ -93,7 +94,7 @@ async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(a
 async def test_a_stop_left_for_an_earlier_answer_under_the_same_id_does_not_stop_a_new_one(alice):
     """A store reset (or a rolled-back test database) hands an id out again; a stop sent to the
     earlier answer in its last moment is still in Redis for CHAT_LEASE_SECONDS."""
-    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
     await streams.request_stop(r, turn.assistant_message_id)
     owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
@@ -107,7 +108,7 @@ async def hanging_answers(alice, count: int) -> list[Generation]:
     """`count` answers started in this loop, each past its first token and then waiting."""
     answers = []
     for _ in range(count):
-        turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+        turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="hi")
         owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=alice.pk)
         generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one "], hang=True), owner=owner)
         generation.start()
@@ -325,7 +326,7 @@ def test_it_sweeps_answers_no_process_owns_keeping_the_text_their_readers_saw(al
         client.xadd(stream, {"frame": orjson.dumps(token)}, id=f"1-{seq + 1}")
     client.zadd(keys.CHAT_ANSWERS, {str(live.pk): time.time(), str(dead.pk): time.time() - 3600})
     try:
-        assert services.messages_interrupt_stale() == 1
+        assert sweeper.messages_interrupt_stale() == 1
     finally:
         client.zrem(keys.CHAT_ANSWERS, str(live.pk), str(dead.pk))
         client.delete(stream)
@@ -335,7 +336,7 @@ def test_it_sweeps_answers_no_process_owns_keeping_the_text_their_readers_saw(al
 
 
 async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
-    turn = await sync_to_async(services.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="hi")
     r = redis_client()
     owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
     fake = FakeEngine(["one "], hang=True)
@@ -357,7 +358,7 @@ async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
     """An answer of one token from an engine that then hangs, stopped while its token is being
     written: `write_token(publish, args, stop_now)` writes it and sets `stop_now` when the stop
     should come. Returns the answer's id once it has ended."""
-    turn = await sync_to_async(services.chat_turn_start)(user=user, conversation_id=None, content="hi")
+    turn = await sync_to_async(turns.chat_turn_start)(user=user, conversation_id=None, content="hi")
     owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=user.pk)
     stop_now = asyncio.Event()
     publish = streams.publish

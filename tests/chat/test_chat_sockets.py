@@ -9,7 +9,7 @@ import uuid
 
 from asgiref.sync import sync_to_async
 
-from frontend import rates, socket_auth, sockets
+from chat import rates, socket_auth, sockets
 from harness.waiting import until
 from redisconn import client as redis_client
 from redisconn import keys

@@ -17,8 +17,8 @@ from django.test import AsyncClient
 
 from answers import admission
 from apitokens.services import token_issue
-from frontend import http_stream
-from frontend.models import Conversation, Message
+from chat import http_stream
+from conversations.models import Conversation, Message
 from httpkit.sse import EventStreamResponse
 from inference.client import EngineError
 from redisconn import client as redis_client

@@ -3,8 +3,8 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from frontend import consumers
-from frontend.models import Conversation, Message
+from chat import consumers
+from conversations.models import Conversation, Message
 from tests.consumer_client import connected
 from tests.fake_engine import FakeEngine
 

@@ -7,8 +7,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from frontend import services
-from frontend.models import Conversation
+from conversations import turns
+from conversations.models import Conversation
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +39,7 @@ def test_it_creates_a_conversation_with_settings_before_the_first_message(browse
 
 
 def test_it_renames_changes_settings_and_deletes(browser, alice):
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
     base = f"/c/{turn.conversation_id}"
     assert post(browser, base + "/rename", {"title": "Greetings"}).json()["title"] == "Greetings"
     response = post(browser, base + "/settings", {"system_prompt": "Pirate.", "temperature": 1.5})
@@ -59,9 +59,9 @@ def test_it_renames_changes_settings_and_deletes(browser, alice):
 
 
 def test_it_remembers_the_version_shown_so_a_reload_shows_it(browser, alice):
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
-    services.message_finish(message_id=turn.assistant_message_id, content="Hello!", status="complete")
-    services.chat_turn_regenerate(user=alice, message_id=turn.assistant_message_id)
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    turns.message_finish(message_id=turn.assistant_message_id, content="Hello!", status="complete")
+    turns.chat_turn_regenerate(user=alice, message_id=turn.assistant_message_id)
     base = f"/c/{turn.conversation_id}"
     response = post(browser, base + "/show", {"message": turn.assistant_message_id})
     assert response.json() == {"current_leaf": turn.assistant_message_id}
@@ -72,7 +72,7 @@ def test_it_remembers_the_version_shown_so_a_reload_shows_it(browser, alice):
 
 
 def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, client):
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
     url = f"/c/{turn.conversation_id}/rename"
     response = client.post(url, {"title": "x"}, content_type="application/json")
     assert (response.status_code, response.json()["error"]["code"]) == (401, "unauthenticated")
@@ -92,7 +92,7 @@ def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, clie
 
 
 def test_it_pins_and_archives_without_moving_the_conversation_in_time(browser, alice, client):
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
     base = f"/c/{turn.conversation_id}"
     before = Conversation.objects.get(pk=turn.conversation_id).updated_at
     assert post(browser, base + "/flags", {"pinned": True}).json() == {
@@ -113,14 +113,14 @@ def test_it_pins_and_archives_without_moving_the_conversation_in_time(browser, a
         response = post(browser, base + "/flags", body)
         assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_field")
     bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
-    theirs = services.chat_turn_start(user=bob, conversation_id=None, content="Mine")
+    theirs = turns.chat_turn_start(user=bob, conversation_id=None, content="Mine")
     assert post(browser, f"/c/{theirs.conversation_id}/flags", {"pinned": True}).status_code == 404
     assert not Conversation.objects.get(pk=theirs.conversation_id).pinned
 
 
 def test_it_says_which_share_links_are_live(browser, alice):
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Hi")
-    services.message_finish(message_id=turn.assistant_message_id, content="Hello.", status="complete")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    turns.message_finish(message_id=turn.assistant_message_id, content="Hello.", status="complete")
     base = f"/c/{turn.conversation_id}"
     assert browser.get(base + "/shares").json() == {"live": []}
     first = post(browser, base + "/share", {}).json()
@@ -132,6 +132,6 @@ def test_it_says_which_share_links_are_live(browser, alice):
     post(browser, base + "/unshare", {})
     assert browser.get(base + "/shares").json() == {"live": []}
     bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
-    theirs = services.chat_turn_start(user=bob, conversation_id=None, content="Mine")
+    theirs = turns.chat_turn_start(user=bob, conversation_id=None, content="Mine")
     assert browser.get(f"/c/{theirs.conversation_id}/shares").status_code == 404
     assert Client().get(base + "/shares").status_code == 401

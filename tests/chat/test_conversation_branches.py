@@ -3,8 +3,8 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from frontend import selectors, services
-from frontend.models import Conversation, Message
+from conversations import selectors, services, turns
+from conversations.models import Conversation, Message
 from httpkit.errors import Refusal
 
 pytestmark = pytest.mark.django_db
@@ -15,15 +15,15 @@ def alice():
     return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
-def answered(turn: services.Turn, text: str) -> Message:
-    services.message_finish(message_id=turn.assistant_message_id, content=text, status="complete")
+def answered(turn: turns.Turn, text: str) -> Message:
+    turns.message_finish(message_id=turn.assistant_message_id, content=text, status="complete")
     return Message.objects.get(pk=turn.assistant_message_id)
 
 
 def test_it_chains_turns_and_titles_the_conversation_from_the_first_message(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="  Hello   there  ")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="  Hello   there  ")
     answered(first, "Hi!")
-    second = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="And?")
+    second = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="And?")
     conversation = Conversation.objects.get(pk=first.conversation_id)
     assert conversation.title == "Hello there"
     assert second.history == [
@@ -37,11 +37,11 @@ def test_it_chains_turns_and_titles_the_conversation_from_the_first_message(alic
 
 
 def test_it_sends_an_edit_as_a_sibling_that_shares_the_earlier_history(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     answered(first, "1")
-    second = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
+    second = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
     answered(second, "2")
-    edited = services.chat_turn_edit(user=alice, message_id=second.user_message_id, content="Zwei")
+    edited = turns.chat_turn_edit(user=alice, message_id=second.user_message_id, content="Zwei")
     original = Message.objects.get(pk=second.user_message_id)
     copy = Message.objects.get(pk=edited.user_message_id)
     assert copy.parent_id == original.parent_id == first.assistant_message_id
@@ -50,17 +50,17 @@ def test_it_sends_an_edit_as_a_sibling_that_shares_the_earlier_history(alice):
 
 
 def test_it_edits_the_first_message_into_a_second_root(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     answered(first, "1")
-    edited = services.chat_turn_edit(user=alice, message_id=first.user_message_id, content="Uno")
+    edited = turns.chat_turn_edit(user=alice, message_id=first.user_message_id, content="Uno")
     assert Message.objects.get(pk=edited.user_message_id).parent_id is None
     assert edited.history == [{"role": "user", "content": "Uno"}]
 
 
 def test_it_regenerates_an_answer_beside_the_old_one_from_the_same_question(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     old = answered(first, "1")
-    again = services.chat_turn_regenerate(user=alice, message_id=old.pk)
+    again = turns.chat_turn_regenerate(user=alice, message_id=old.pk)
     new = Message.objects.get(pk=again.assistant_message_id)
     assert new.parent_id == old.parent_id == first.user_message_id
     assert again.user_message_id == first.user_message_id
@@ -68,20 +68,20 @@ def test_it_regenerates_an_answer_beside_the_old_one_from_the_same_question(alic
 
 
 def test_it_refuses_to_regenerate_a_user_message_or_edit_an_answer(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     with pytest.raises(Refusal):
-        services.chat_turn_regenerate(user=alice, message_id=first.user_message_id)
+        turns.chat_turn_regenerate(user=alice, message_id=first.user_message_id)
     with pytest.raises(Refusal):
-        services.chat_turn_edit(user=alice, message_id=first.assistant_message_id, content="x")
+        turns.chat_turn_edit(user=alice, message_id=first.assistant_message_id, content="x")
 
 
 def test_it_treats_another_users_messages_as_missing(alice):
     bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
-    theirs = services.chat_turn_start(user=bob, conversation_id=None, content="secret")
+    theirs = turns.chat_turn_start(user=bob, conversation_id=None, content="secret")
     with pytest.raises(Refusal, match="no such"):
-        services.chat_turn_regenerate(user=alice, message_id=theirs.assistant_message_id)
+        turns.chat_turn_regenerate(user=alice, message_id=theirs.assistant_message_id)
     with pytest.raises(Refusal, match="no such"):
-        services.chat_turn_edit(user=alice, message_id=theirs.user_message_id, content="x")
+        turns.chat_turn_edit(user=alice, message_id=theirs.user_message_id, content="x")
     with pytest.raises(Refusal, match="no such"):
         services.conversation_show(
             user=alice, conversation_id=theirs.conversation_id, message_id=theirs.user_message_id
@@ -89,38 +89,36 @@ def test_it_treats_another_users_messages_as_missing(alice):
 
 
 def test_it_shows_the_newest_continuation_of_a_chosen_version(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     answered(first, "1")
-    later = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
+    later = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
     answered(later, "2")
-    edited = services.chat_turn_edit(user=alice, message_id=first.user_message_id, content="Uno")
+    edited = turns.chat_turn_edit(user=alice, message_id=first.user_message_id, content="Uno")
     answered(edited, "uno")
     leaf = services.conversation_show(
         user=alice, conversation_id=first.conversation_id, message_id=first.user_message_id
     )
     assert leaf.pk == later.assistant_message_id
-    following = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Three")
+    following = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Three")
     assert [m["content"] for m in following.history] == ["One", "1", "Two", "2", "Three"]
 
 
 def test_it_follows_an_explicit_parent_when_one_is_given(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     old = answered(first, "1")
-    answered(services.chat_turn_regenerate(user=alice, message_id=old.pk), "one")
-    turn = services.chat_turn_start(
+    answered(turns.chat_turn_regenerate(user=alice, message_id=old.pk), "one")
+    turn = turns.chat_turn_start(
         user=alice, conversation_id=first.conversation_id, content="Next", parent_id=old.pk
     )
     assert Message.objects.get(pk=turn.user_message_id).parent_id == old.pk
     with pytest.raises(Refusal, match="no such"):
-        services.chat_turn_start(
-            user=alice, conversation_id=first.conversation_id, content="x", parent_id=10**9
-        )
+        turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="x", parent_id=10**9)
 
 
 def test_it_leaves_failed_and_empty_answers_out_of_the_prompt(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
-    services.message_finish(message_id=first.assistant_message_id, content="", status="error")
-    second = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
+    turns.message_finish(message_id=first.assistant_message_id, content="", status="error")
+    second = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
     assert [m["content"] for m in second.history] == ["One", "Two"]
 
 
@@ -129,7 +127,7 @@ def test_it_uses_the_conversations_own_settings_for_its_answers(alice, settings)
         user=alice,
         settings_data={"system_prompt": "Be brief.", "temperature": 0, "max_tokens": 16, "min_tokens": 8},
     )
-    turn = services.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Hi")
+    turn = turns.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Hi")
     assert (turn.system_prompt, turn.temperature, turn.max_tokens, turn.min_tokens) == (
         "Be brief.",
         0.0,
@@ -142,7 +140,7 @@ def test_it_uses_the_conversations_own_settings_for_its_answers(alice, settings)
         data={"temperature": None, "max_tokens": None, "min_tokens": None},
     )
     answered(turn, "Hello")
-    later = services.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Again")
+    later = turns.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Again")
     defaults = (settings.CHAT_TEMPERATURE, settings.CHAT_MAX_TOKENS, 0)
     assert (later.temperature, later.max_tokens, later.min_tokens) == defaults
     assert Conversation.objects.get(pk=conversation.pk).title == "Hi"
@@ -174,10 +172,10 @@ def test_it_refuses_settings_outside_their_bounds(alice, data, code):
 
 def test_it_searches_titles_and_message_text_of_the_users_own_conversations(alice):
     bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
-    about_tea = services.chat_turn_start(user=alice, conversation_id=None, content="Tell me about tea")
+    about_tea = turns.chat_turn_start(user=alice, conversation_id=None, content="Tell me about tea")
     answered(about_tea, "Green and BLACK varieties.")
-    services.chat_turn_start(user=alice, conversation_id=None, content="Coffee")
-    services.chat_turn_start(user=bob, conversation_id=None, content="black tea for bob")
+    turns.chat_turn_start(user=alice, conversation_id=None, content="Coffee")
+    turns.chat_turn_start(user=bob, conversation_id=None, content="black tea for bob")
     found = lambda q: [c.pk for c in selectors.conversation_list(user=alice, search=q)]  # noqa: E731
     assert found("TEA") == [about_tea.conversation_id]
     assert found("black") == [about_tea.conversation_id]
@@ -185,8 +183,8 @@ def test_it_searches_titles_and_message_text_of_the_users_own_conversations(alic
 
 
 def test_it_renames_without_reordering_and_deletes_with_every_message(alice):
-    older = services.chat_turn_start(user=alice, conversation_id=None, content="Older")
-    newer = services.chat_turn_start(user=alice, conversation_id=None, content="Newer")
+    older = turns.chat_turn_start(user=alice, conversation_id=None, content="Older")
+    newer = turns.chat_turn_start(user=alice, conversation_id=None, content="Newer")
     services.conversation_rename(user=alice, conversation_id=older.conversation_id, title="  Renamed  one ")
     assert [c.title for c in selectors.conversation_list(user=alice)] == ["Newer", "Renamed one"]
     with pytest.raises(Refusal):
@@ -196,30 +194,30 @@ def test_it_renames_without_reordering_and_deletes_with_every_message(alice):
 
 
 def test_it_refuses_a_turn_while_the_conversation_is_still_answering(alice):
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     with pytest.raises(Refusal) as refused:
-        services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
+        turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Two")
     assert (refused.value.code, refused.value.extra) == (
         "conversation_busy",
         {"conversation": first.conversation_id},
     )
     assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
     with pytest.raises(Refusal, match="still being generated"):
-        services.chat_turn_edit(user=alice, message_id=first.user_message_id, content="One again")
+        turns.chat_turn_edit(user=alice, message_id=first.user_message_id, content="One again")
     with pytest.raises(Refusal, match="still being generated"):
-        services.chat_turn_regenerate(user=alice, message_id=first.assistant_message_id)
+        turns.chat_turn_regenerate(user=alice, message_id=first.assistant_message_id)
     assert Message.objects.filter(conversation_id=first.conversation_id).count() == 2
 
 
 def test_it_stores_a_turn_in_few_queries_whatever_the_history(alice, django_assert_max_num_queries):
     # Storing the turn is on the path of every answer's first token.
     with django_assert_max_num_queries(6):  # BEGIN, conversation, 2 messages, leaf, COMMIT
-        first = services.chat_turn_start(user=alice, conversation_id=None, content="One")
+        first = turns.chat_turn_start(user=alice, conversation_id=None, content="One")
     answered(first, "1")
     for n in range(5):
         answered(
-            services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content=f"{n}"), "ok"
+            turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content=f"{n}"), "ok"
         )
     with django_assert_max_num_queries(8):  # ... plus the conversation's messages and its documents
-        turn = services.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Last")
+        turn = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Last")
     assert len(turn.history) == 2 * 6 + 1

@@ -9,8 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from frontend import consumers, services, views
-from frontend.models import ConversationDocument
+from chat import consumers, views
+from conversations import services
+from conversations.models import ConversationDocument
 from harness.waiting import wait_for
 from tests.chat_client import browser, collect_answer, open_chat, send
 from tests.consumer_client import connected, until_closed

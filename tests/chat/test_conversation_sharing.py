@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from frontend import services
-from frontend.models import Conversation, SharedLink
+from conversations import services, turns
+from conversations.models import Conversation, SharedLink
 from tests.chat_client import browser
 
 pytestmark = pytest.mark.django_db
@@ -19,10 +19,10 @@ def alice():
 
 
 def answer(user, content, conversation_id=None, reply="An answer.", parent_id=None):
-    turn = services.chat_turn_start(
+    turn = turns.chat_turn_start(
         user=user, conversation_id=conversation_id, content=content, parent_id=parent_id
     )
-    services.message_finish(message_id=turn.assistant_message_id, content=reply, status="complete")
+    turns.message_finish(message_id=turn.assistant_message_id, content=reply, status="complete")
     return turn
 
 
@@ -37,8 +37,8 @@ def test_it_shares_a_snapshot_of_the_version_shown_and_nothing_later(alice):
     conversation.system_prompt = "Secret instructions"
     conversation.save()
     # Another version of the first turn, then back to the first version.
-    other = services.chat_turn_edit(user=alice, message_id=first.user_message_id, content="Other branch")
-    services.message_finish(message_id=other.assistant_message_id, content="Other answer", status="complete")
+    other = turns.chat_turn_edit(user=alice, message_id=first.user_message_id, content="Other branch")
+    turns.message_finish(message_id=other.assistant_message_id, content="Other answer", status="complete")
     services.conversation_show(
         user=alice, conversation_id=first.conversation_id, message_id=first.assistant_message_id
     )

@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from frontend import services
-from frontend.models import Conversation
+from conversations import turns
+from conversations.models import Conversation
 
 pytestmark = pytest.mark.django_db
 
@@ -25,10 +25,10 @@ def test_it_exports_every_conversation_with_its_messages_and_filters_by_user_and
     User = get_user_model()
     alice = User.objects.create_user("alice", password="pw-alice-123")
     bob = User.objects.create_user("bob", password="pw-bob-12345")
-    first = services.chat_turn_start(user=alice, conversation_id=None, content="Ünïcode question")
-    services.message_finish(message_id=first.assistant_message_id, content="answer", status="complete")
-    services.chat_turn_start(user=bob, conversation_id=None, content="bob's")
-    old = services.chat_turn_start(user=alice, conversation_id=None, content="old")
+    first = turns.chat_turn_start(user=alice, conversation_id=None, content="Ünïcode question")
+    turns.message_finish(message_id=first.assistant_message_id, content="answer", status="complete")
+    turns.chat_turn_start(user=bob, conversation_id=None, content="bob's")
+    old = turns.chat_turn_start(user=alice, conversation_id=None, content="old")
     Conversation.objects.filter(pk=old.conversation_id).update(updated_at=timezone.now() - timedelta(days=30))
 
     lines = export()

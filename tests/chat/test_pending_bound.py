@@ -14,8 +14,8 @@ from psycopg_pool import PoolTimeout
 
 import redisconn
 from answers import admission
+from chat.protocol import refused
 from chatsite.errors import json_body, server_error
-from frontend.protocol import refused
 from httpkit import pending
 from httpkit.pending import TRY_AGAIN_LATER, PendingBound
 

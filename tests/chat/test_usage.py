@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from django.test import AsyncClient, AsyncRequestFactory, Client
 
 from apitokens.services import token_issue
-from frontend import consumers
+from chat import consumers
 from harness.waiting import until
 from jobs import claims
 from jobs.models import Document, Job

@@ -13,9 +13,10 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from apitokens.services import token_issue
+from chat import consumers
+from conversations import services, turns
+from conversations.models import Message
 from enginehost.launcher import EngineConfig, EngineProcess
-from frontend import consumers, services
-from frontend.models import Message
 from harness.processes import free_port
 from httpkit.errors import Refusal
 from inference.access import models_for
@@ -68,10 +69,10 @@ def test_the_admin_refuses_to_restrict_the_default_model_which_is_everyones(two_
 def test_a_conversation_keeps_the_model_chosen_before_its_first_message(two_models, alice):
     conversation = services.conversation_create(user=alice, settings_data={"model": "model-b"})
     assert conversation.model_name == "model-b"
-    turn = services.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Hi")
+    turn = turns.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Hi")
     assert turn.model == "model-b"
     assert Message.objects.get(pk=turn.assistant_message_id).model_name == "model-b"
-    services.message_finish(message_id=turn.assistant_message_id, content="Hello", status="complete")
+    turns.message_finish(message_id=turn.assistant_message_id, content="Hello", status="complete")
     with pytest.raises(Refusal, match="keeps its model"):
         services.conversation_update_settings(
             user=alice, conversation_id=conversation.pk, data={"model": "model-a"}
@@ -80,7 +81,7 @@ def test_a_conversation_keeps_the_model_chosen_before_its_first_message(two_mode
         services.conversation_create(user=alice, settings_data={"model": "gpt-4o"})
     restrict("model-b", "beta")
     with pytest.raises(Refusal, match="not available to you"):
-        services.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Again")
+        turns.chat_turn_start(user=alice, conversation_id=conversation.pk, content="Again")
     with pytest.raises(Refusal):
         services.conversation_create(user=alice, settings_data={"model": "model-b"})
 

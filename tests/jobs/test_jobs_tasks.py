@@ -9,6 +9,18 @@ from jobs import tasks
 def test_it_routes_job_tasks_to_the_bulk_queue():
     for name in ("jobs.tasks.job_run", "jobs.tasks.jobs_recover"):
         assert app.amqp.router.route({}, name)["queue"].name == tasks.BULK_QUEUE
+    assert app.amqp.router.route({}, "chat.tasks.sweep_stale_answers")["queue"].name == "celery"
+
+
+def test_a_sweep_queued_under_its_name_before_the_rename_still_runs(monkeypatch):
+    """The chat's package was frontend/ before: a sweep a broker holds under that name is found."""
+    from chat import sweeper
+    from chatsite import settings
+
+    monkeypatch.setattr(sweeper, "messages_interrupt_stale", lambda: 3)
+    app.loader.import_default_modules()
+    assert settings.CELERY_BEAT_SCHEDULE["sweep-stale-answers"]["task"] in app.tasks
+    assert app.tasks["frontend.tasks.sweep_stale_answers"].apply().get() == 3
     assert app.amqp.router.route({}, "frontend.tasks.sweep_stale_answers")["queue"].name == "celery"
 
 

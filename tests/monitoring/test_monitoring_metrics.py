@@ -60,7 +60,7 @@ def test_a_fresh_process_exposes_each_apps_metrics_before_using_them():
     families = {family.name for family in text_string_to_metric_families(_rendered({}))}
     owned = {
         "answers": "chat_time_to_first_token_seconds",
-        "frontend": "chat_websocket_connections",
+        "chat": "chat_websocket_connections",
         "inference": "chat_engine_circuit_state",
     }
     assert {app: name for app, name in owned.items() if name not in families} == {}
@@ -126,7 +126,7 @@ def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
     """Two processes write to one PROMETHEUS_MULTIPROC_DIR; a third renders their sum."""
     setup = (
         "import django\ndjango.setup()\nfrom answers import metrics as answer\n"
-        "from frontend import metrics as chat\nfrom inference import metrics as engine\n"
+        "from chat import metrics as chat\nfrom inference import metrics as engine\n"
     )
     env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
     writer = setup + textwrap.dedent(
@@ -158,7 +158,7 @@ def test_a_killed_process_leaves_the_live_gauges_at_the_next_scrape(tmp_path):
             sys.executable,
             "-c",
             "import django, sys, time\ndjango.setup()\nfrom answers import metrics as answer\n"
-            "from frontend import metrics as chat\nanswer.generation_started()\nchat.websocket_opened()\n"
+            "from chat import metrics as chat\nanswer.generation_started()\nchat.websocket_opened()\n"
             "print('up', flush=True)\ntime.sleep(600)",
         ],
         env=_env(env),

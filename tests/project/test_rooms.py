@@ -23,10 +23,13 @@ FLOORS: list[tuple[str, ...]] = [
     ("enginehost",),
     # An answer's run, the same for every surface.
     ("answers",),
-    # The surfaces: the chat (and its conversation store), bulk summarization.
-    ("frontend", "jobs"),
-    # The OpenAI-compatible API stores its exchanges in the chat's store; monitoring reads every room.
-    ("openai_api", "monitoring"),
+    # The conversation store: what the chat, the API and the exports keep (its answers' statuses).
+    ("conversations",),
+    # The surfaces: the chat, bulk summarization, the OpenAI-compatible API (which stores its
+    # exchanges in the conversation store).
+    ("chat", "jobs", "openai_api"),
+    # Monitoring reads every room.
+    ("monitoring",),
     # Wiring: the project's configuration and its web process.
     ("chatsite",),
     # Tooling: how the processes are deployed (rendered from the configuration), and the benchmarks.
@@ -77,12 +80,17 @@ def test_it_finds_no_import_up_a_floor_or_across_one():
 
 
 def test_it_sees_an_import_up(tmp_path):
-    """The walk itself: a lower room importing the chat is found."""
+    """The walk itself: a lower room importing the store is found, and so is a neighbour."""
     (tmp_path / "redisconn").mkdir()
-    (tmp_path / "redisconn" / "__init__.py").write_text("def f():\n    from frontend import models\n")
-    (tmp_path / "frontend").mkdir()
-    (tmp_path / "frontend" / "__init__.py").write_text("import redisconn\n")
-    assert arrows_up(tmp_path) == ["redisconn/__init__.py imports frontend (floor 6 from floor 1)"]
+    (tmp_path / "redisconn" / "__init__.py").write_text("def f():\n    from conversations import models\n")
+    (tmp_path / "conversations").mkdir()
+    (tmp_path / "conversations" / "__init__.py").write_text("import redisconn\n")
+    (tmp_path / "openai_api").mkdir()
+    (tmp_path / "openai_api" / "__init__.py").write_text("from chat import protocol\n")
+    assert arrows_up(tmp_path) == [
+        "openai_api/__init__.py imports chat (floor 7 from floor 7)",
+        "redisconn/__init__.py imports conversations (floor 6 from floor 1)",
+    ]
 
 
 def test_the_readme_map_names_every_room():

@@ -10,7 +10,7 @@ from django.template import loader
 from django.test import Client, RequestFactory
 from django.views import defaults
 
-from frontend import services
+from conversations import services, turns
 
 pytestmark = pytest.mark.django_db
 
@@ -55,8 +55,8 @@ def test_it_answers_another_users_conversation_with_the_products_404_page(alice_
 
 def test_it_answers_a_revoked_share_link_with_the_products_404_page(alice_and_mallory):
     alice, _ = alice_and_mallory
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="Name a colour.")
-    services.message_finish(message_id=turn.assistant_message_id, content="Blue.", status="complete")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Name a colour.")
+    turns.message_finish(message_id=turn.assistant_message_id, content="Blue.", status="complete")
     link = services.conversation_share(user=alice, conversation_id=turn.conversation_id)
     assert Client().get(f"/s/{link.token}/").status_code == 200
     services.conversation_unshare(user=alice, conversation_id=turn.conversation_id)

@@ -14,8 +14,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from audit.models import ConversationRead
-from frontend import services
-from frontend.models import Conversation, Message
+from conversations import turns
+from conversations.models import Conversation, Message
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 
@@ -26,10 +26,8 @@ pytestmark = pytest.mark.django_db
 def world():
     User = get_user_model()
     alice = User.objects.create_user("alice", password="pw-alice-123")
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="My private question")
-    services.message_finish(
-        message_id=turn.assistant_message_id, content="A private answer", status="complete"
-    )
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="My private question")
+    turns.message_finish(message_id=turn.assistant_message_id, content="A private answer", status="complete")
     staff = User.objects.create_user("ops", password="pw-ops-123456", is_staff=True)
     # Everything the admin offers on conversations and messages, short of reading them all.
     staff.user_permissions.add(

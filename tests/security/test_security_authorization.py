@@ -17,9 +17,10 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from apitokens.services import token_issue
-from frontend import consumers, services
-from frontend.consumers import ChatConsumer
-from frontend.models import Conversation, Message
+from chat import consumers
+from chat.consumers import ChatConsumer
+from conversations import turns
+from conversations.models import Conversation, Message
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Job
@@ -49,11 +50,11 @@ def world():
     User = get_user_model()
     alice = User.objects.create_user("alice", password="pw-alice-1234")
     mallory = User.objects.create_user("mallory", password="pw-mallory-12")
-    turn = services.chat_turn_start(user=alice, conversation_id=None, content="my secret plan")
-    services.message_finish(message_id=turn.assistant_message_id, content="keep it quiet", status="complete")
-    running = services.chat_turn_start(user=alice, conversation_id=turn.conversation_id, content="more")
-    own = services.chat_turn_start(user=mallory, conversation_id=None, content="hello")
-    services.message_finish(message_id=own.assistant_message_id, content="hi", status="complete")
+    turn = turns.chat_turn_start(user=alice, conversation_id=None, content="my secret plan")
+    turns.message_finish(message_id=turn.assistant_message_id, content="keep it quiet", status="complete")
+    running = turns.chat_turn_start(user=alice, conversation_id=turn.conversation_id, content="more")
+    own = turns.chat_turn_start(user=mallory, conversation_id=None, content="hello")
+    turns.message_finish(message_id=own.assistant_message_id, content="hi", status="complete")
     return {
         "alice": alice,
         "mallory": mallory,

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from answers.run import cache_salt_for
 from apitokens.services import token_issue
-from frontend import services
+from conversations import services
 from tests.chat_client import collect_answer, open_chat, send
 from tests.conftest import running_daphne
 

@@ -8,8 +8,8 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from frontend.consumers import ChatConsumer
-from frontend.models import Conversation
+from chat.consumers import ChatConsumer
+from conversations.models import Conversation
 from tests.consumer_client import connected
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,8 +16,8 @@ from playwright.sync_api import expect
 
 from apitokens.services import token_issue
 from audit.services import conversation_read_record
-from frontend import services
-from frontend.models import ConversationDocument
+from conversations import services, turns
+from conversations.models import ConversationDocument
 from harness.stand_in_engine import StandInEngine, serving
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
@@ -231,8 +231,8 @@ def test_it_shows_the_names_of_the_documents_a_question_was_sent_with_as_text(wa
     conversation = services.conversation_create(user=user)
     for payload in PAYLOADS[:4]:
         ConversationDocument.objects.create(conversation=conversation, name=payload, text="x", tokens=1)
-    turn = services.chat_turn_start(user=user, conversation_id=conversation.pk, content="Read them.")
-    services.message_finish(message_id=turn.assistant_message_id, content="Done.", status="complete")
+    turn = turns.chat_turn_start(user=user, conversation_id=conversation.pk, content="Read them.")
+    turns.message_finish(message_id=turn.assistant_message_id, content="Done.", status="complete")
     log_in(page, site, "docs", "pw-docs-123456", f"/accounts/login/?next=/c/{conversation.pk}/")
     shown = page.locator(".message.user .turn-documents li")
     expect(shown).to_have_count(4)
@@ -295,8 +295,8 @@ def test_it_runs_no_payload_from_shared_pages_key_names_usage_or_the_record_of_r
     conversation_read_record(
         reader=root, owner_id=raw.pk, conversation_id=1, through="store_detail", detail=PAYLOADS[5]
     )
-    turn = services.chat_turn_start(user=root, conversation_id=None, content=PAYLOADS[6])
-    services.message_finish(message_id=turn.assistant_message_id, content=CORPUS, status="complete")
+    turn = turns.chat_turn_start(user=root, conversation_id=None, content=PAYLOADS[6])
+    turns.message_finish(message_id=turn.assistant_message_id, content=CORPUS, status="complete")
     link = services.conversation_share(user=root, conversation_id=turn.conversation_id)
     log_in(page, site, "keyroot", "pw-keyroot-1234", "/admin/login/")
     for path, root_selector in [

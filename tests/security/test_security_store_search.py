@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apitokens.services import token_issue
-from frontend import selectors, services
+from conversations import selectors, turns
 
 pytestmark = pytest.mark.django_db
 
@@ -37,8 +37,8 @@ def message_reads(queries) -> list[str]:
 
 
 def test_the_message_match_reads_only_the_requesters_conversations(client, alice, bob):
-    services.chat_turn_start(user=alice, conversation_id=None, content="the needle of alice")
-    services.chat_turn_start(user=bob, conversation_id=None, content="the needle of bob")
+    turns.chat_turn_start(user=alice, conversation_id=None, content="the needle of alice")
+    turns.chat_turn_start(user=bob, conversation_id=None, content="the needle of bob")
     with CaptureQueriesContext(connection) as queries:
         response = client.get("/api/conversations/?search=needle", **bearer(alice))
     assert response.status_code == 200

@@ -16,8 +16,8 @@ from django.test import override_settings
 from playwright.sync_api import expect
 
 from apitokens.services import token_issue
+from conversations.models import Conversation, Message
 from deploy.supervisor import Topology, write
-from frontend.models import Conversation, Message
 from harness.processes import ports_in_a_row
 from harness.supervision import Site, answers, supervisord_running
 from harness.waiting import wait_for

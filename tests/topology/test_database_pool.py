@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
-from frontend import services
-from frontend.models import Message
+from conversations import services
+from conversations.models import Message
 from tests.chat_client import collect_answer, open_chat, send
 from tests.conftest import running_daphne
 

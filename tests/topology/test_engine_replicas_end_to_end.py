@@ -11,8 +11,8 @@ import psutil
 import pytest
 from django.contrib.auth import get_user_model
 
-from frontend import services
-from frontend.models import Message
+from conversations import services
+from conversations.models import Message
 from harness.waiting import wait_for
 from inference.topology import metric_sums
 from tests.chat.test_chat_faults_end_to_end import engine_up, running_inference

@@ -29,9 +29,10 @@ from django.views.decorators.csrf import csrf_exempt
 import redisconn
 from apitokens.auth import auser_for_request, bearer_token
 from apitokens.models import Scope
-from frontend import protocol, selectors, services, streams
-from frontend.generation import answer_start, answer_stop, follow
-from frontend.models import Message
+from chat import protocol, streams
+from chat.generation import answer_start, answer_stop, follow
+from conversations import selectors, turns
+from conversations.models import Message
 from httpkit.errors import Refusal, not_found, unauthenticated
 from httpkit.json import check_csrf, json_view, read_json
 from httpkit.sse import event_stream, sse_event
@@ -77,17 +78,17 @@ def _turn_request(data: dict) -> tuple:
     """What kind of turn the body asks for: (start_turn, its arguments)."""
     if "messages" in data:
         sampling = {name: data[name] for name in ("temperature", "max_tokens") if name in data}
-        return services.chat_turn_from_messages, {"messages": data["messages"], "settings_data": sampling}
+        return turns.chat_turn_from_messages, {"messages": data["messages"], "settings_data": sampling}
     if "regenerate" in data:
-        return services.chat_turn_regenerate, {"message_id": protocol.id_field(data, "regenerate")}
+        return turns.chat_turn_regenerate, {"message_id": protocol.id_field(data, "regenerate")}
     if "continue" in data:
-        return services.chat_turn_continue, {"message_id": protocol.id_field(data, "continue")}
+        return turns.chat_turn_continue, {"message_id": protocol.id_field(data, "continue")}
     if "edit" in data:
-        return services.chat_turn_edit, {
+        return turns.chat_turn_edit, {
             "message_id": protocol.id_field(data, "edit"),
             "content": protocol.content_field(data, "prompt"),
         }
-    return services.chat_turn_start, {
+    return turns.chat_turn_start, {
         "content": protocol.content_field(data, "prompt"),
         "conversation_id": protocol.id_field(data, "conversation", nullable=True, required=False),
         "parent_id": protocol.id_field(data, "parent", nullable=True, required=False),

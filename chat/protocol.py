@@ -15,7 +15,7 @@ from httpkit.errors import Refusal
 from httpkit.json import parse_json
 
 if TYPE_CHECKING:
-    from frontend.models import Message
+    from conversations.models import Message
 
 CLIENT_FRAMES = ("chat.send", "chat.stop", "chat.resume", "chat.regenerate", "chat.edit", "chat.continue")
 SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")

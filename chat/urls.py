@@ -1,6 +1,6 @@
 from django.urls import path
 
-from frontend import api, http_stream, views
+from chat import http_stream, views
 
 urlpatterns = [
     path("", views.chat, name="chat"),
@@ -24,6 +24,4 @@ urlpatterns = [
     path("s/<str:token>/", views.shared, name="shared"),
     path("chat/stream", http_stream.chat_stream, name="chat-stream"),
     path("chat/stop", http_stream.chat_stop, name="chat-stop"),
-    path("api/conversations/", api.conversation_list, name="api-conversations"),
-    path("api/conversations/<int:conversation_id>/", api.conversation_detail, name="api-conversation"),
 ]

@@ -43,8 +43,9 @@ from redis.exceptions import RedisError
 import redisconn
 from answers import admission, outcomes, ownership, watcher
 from answers.run import RUNNING, AnswerRun, Outcome, cache_salt_for
-from frontend import metrics, protocol, selectors, services, socket_auth, streams
-from frontend.models import Message
+from chat import metrics, protocol, socket_auth, streams
+from conversations import selectors, turns
+from conversations.models import Message
 from httpkit.errors import Refusal
 from inference.client import ChatRequest, EngineClient
 from inference.prompt import PromptCounts, assemble
@@ -74,7 +75,7 @@ class Generation(AnswerRun):
 
     def __init__(
         self,
-        turn: services.Turn,
+        turn: turns.Turn,
         *,
         user_id: int,
         engine: EngineClient,
@@ -206,7 +207,7 @@ class Generation(AnswerRun):
     # One commit for the message and the usage row: every answer's writes wait for the database's thread.
     @transaction.atomic
     def _store(self, outcome: Outcome) -> None:
-        services.message_finish(message_id=self.message_id, content=self.text(), **outcome.stored())
+        turns.message_finish(message_id=self.message_id, content=self.text(), **outcome.stored())
         self.record_usage(outcome)
 
     async def _publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
@@ -295,7 +296,7 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
     its stream holds; None when there is nothing to continue (it ended meanwhile, or its stream is
     gone, and then its row says so)."""
     message_id = claim.answer
-    turn = await database_sync_to_async(services.chat_turn_of_answer)(message_id=message_id)
+    turn = await database_sync_to_async(turns.chat_turn_of_answer)(message_id=message_id)
     written = await streams.written(r, message_id)
     lease = admission.Lease(user_id=claim.user_id, member=claim.lease) if claim.lease else None
     if turn is None or (written and written[-1]["type"] in protocol.TERMINAL):
@@ -303,7 +304,7 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
         return None
     if written is None:
         log.warning("answer %s: its stream is gone; it cannot be continued", message_id)
-        await database_sync_to_async(services.message_finish)(
+        await database_sync_to_async(turns.message_finish)(
             message_id=message_id,
             content=turn.prefix,
             status=Message.Status.INTERRUPTED,
@@ -363,8 +364,8 @@ async def _quiet(r: aioredis.Redis, message_id: int) -> dict | None:
 
 
 def _checked_start(
-    start_turn: Callable[..., services.Turn], *, user, still_allowed: Callable[[], bool] | None, **arguments
-) -> services.Turn:
+    start_turn: Callable[..., turns.Turn], *, user, still_allowed: Callable[[], bool] | None, **arguments
+) -> turns.Turn:
     # One trip to the database's thread for the caller's own check, the quota and the turn: all
     # are on every answer's path, and in a burst of answers that thread is the queue they wait in.
     if still_allowed is not None and not still_allowed():
@@ -377,7 +378,7 @@ async def answer_start(
     *,
     user,
     engine: EngineClient,
-    start_turn: Callable[..., services.Turn],
+    start_turn: Callable[..., turns.Turn],
     still_allowed: Callable[[], bool] | None = None,
     **arguments,
 ) -> Generation:

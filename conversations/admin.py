@@ -7,8 +7,8 @@ from django.contrib import admin
 from audit.admin import RecordAdmin
 from audit.models import ConversationRead
 from audit.services import conversation_read_record
-from frontend import selectors
-from frontend.models import Conversation, Message
+from conversations import selectors
+from conversations.models import Conversation, Message
 
 
 class ReadOnlyAudited(RecordAdmin):

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import get_current_timezone, is_naive, make_aware
 
-from frontend.models import Conversation, ConversationDocument, Message, SharedLink
+from conversations.models import Conversation, ConversationDocument, Message, SharedLink
 from inference.engine import default_model
 
 # The longest search term: a substring match reads every message it may match, and its cost grows

@@ -6,7 +6,7 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from accounts.signals import login_changed
-from frontend import socket_auth
+from chat import socket_auth
 
 
 @receiver(user_logged_in)

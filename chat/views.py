@@ -15,8 +15,9 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from frontend import documents, protocol, rates, selectors, services
-from frontend.services import TEMPERATURE_BOUNDS
+from chat import documents, protocol, rates
+from conversations import selectors, services
+from conversations.services import TEMPERATURE_BOUNDS
 from httpkit.errors import Refusal, not_found
 from httpkit.json import check_csrf, json_view, read_json
 from inference.access import models_for

@@ -23,7 +23,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 import redisconn
-from frontend import sockets
+from chat import sockets
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from apitokens.auth import user_for_request
 from apitokens.models import Scope
 from audit.models import ConversationRead
 from audit.services import conversation_read_record
-from frontend import selectors
-from frontend.models import Conversation
+from conversations import selectors
+from conversations.models import Conversation
 from httpkit.errors import Refusal, not_found, unauthenticated
 from httpkit.json import json_view
 

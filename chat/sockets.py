@@ -24,8 +24,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 import redisconn
+from chat import rates
 from eventloops import PerLoop
-from frontend import rates
 from redisconn import keys
 from redisconn.subscription import Subscription
 

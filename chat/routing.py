@@ -1,6 +1,6 @@
 from django.urls import path
 
-from frontend.consumers import ChatConsumer
+from chat.consumers import ChatConsumer
 
 websocket_urlpatterns = [
     path("ws/chat/", ChatConsumer.as_asgi()),

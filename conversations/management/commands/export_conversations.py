@@ -13,8 +13,8 @@ from django.db.models import Prefetch
 
 from audit.models import ConversationRead
 from audit.services import conversation_reads_record
-from frontend import selectors
-from frontend.models import Conversation, Message
+from conversations import selectors
+from conversations.models import Conversation, Message
 
 CHUNK = 200
 

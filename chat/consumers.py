@@ -22,9 +22,10 @@ from redis.exceptions import RedisError
 import redisconn
 from answers import metrics as answer_metrics
 from answers.drain import draining
-from frontend import metrics, protocol, rates, selectors, services, socket_auth, sockets, streams
-from frontend.generation import answer_start, answer_stop, follow
-from frontend.models import Message
+from chat import metrics, protocol, rates, socket_auth, sockets, streams
+from chat.generation import answer_start, answer_stop, follow
+from conversations import selectors, turns
+from conversations.models import Message
 from httpkit.errors import Refusal
 from inference.engine import engine_client
 
@@ -150,7 +151,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         parent_id = protocol.id_field(frame, "parent", nullable=True, required=False)
         content = protocol.content_field(frame)
         await self._start_answer(
-            services.chat_turn_start,
+            turns.chat_turn_start,
             conversation_id=conversation_id,
             content=content,
             parent_id=parent_id,
@@ -159,18 +160,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def chat_regenerate(self, frame: dict) -> None:
         """Answer again the user message that answer `message` replied to, as a new version."""
         message_id = protocol.id_field(frame, "message")
-        await self._branch(services.chat_turn_regenerate, message_id=message_id)
+        await self._branch(turns.chat_turn_regenerate, message_id=message_id)
 
     async def chat_edit(self, frame: dict) -> None:
         """Send an edited copy of user message `message` as a new version of its turn."""
         message_id = protocol.id_field(frame, "message")
         content = protocol.content_field(frame)
-        await self._branch(services.chat_turn_edit, message_id=message_id, content=content)
+        await self._branch(turns.chat_turn_edit, message_id=message_id, content=content)
 
     async def chat_continue(self, frame: dict) -> None:
         """Extend answer `message`, cut off at its length limit, in place."""
         message_id = protocol.id_field(frame, "message")
-        await self._branch(services.chat_turn_continue, message_id=message_id)
+        await self._branch(turns.chat_turn_continue, message_id=message_id)
 
     async def _branch(self, start_turn, *, message_id: int, **arguments) -> None:
         # The turn's own trip checks that the message is the user's: no trip of its own first.

@@ -21,11 +21,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 
 import redisconn
+from conversations import selectors
+from conversations.models import ConversationDocument
 from documents import FORMATS
 from documents.reader import document_text, file_limit
 from documents.text import DocumentError
-from frontend import selectors
-from frontend.models import ConversationDocument
 from httpkit.errors import Refusal, busy, not_found
 from inference.client import EngineClient, EngineError
 from redisconn import keys

@@ -19,8 +19,8 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 import redisconn
 from answers import ownership
 from answers.ownership import Claim
+from chat.protocol import TERMINAL
 from eventloops import PerLoop
-from frontend.protocol import TERMINAL
 from redisconn import keys
 
 
