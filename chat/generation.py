@@ -2,11 +2,11 @@
 
 A `Generation` runs as its own asyncio task, owned by the web process rather than
 by any WebSocket: a dropped connection does not stop it. Every frame it makes
-goes into the answer's Redis stream (frontend.streams), which any connection of
-the user, in any web process, follows or resumes. It also keeps its frames in
-memory, so a follower in its own process (the socket that asked, most of the time)
-reads them from there (`follow`), without a Redis read per token. Only an explicit
-stop (from any tab: a local call, or a message from another process,
+goes into the answer's Redis stream through its `streams.AnswerFrames`, which any
+connection of the user, in any web process, follows or resumes. Those frames are
+kept in memory too, so a follower in its own process (the socket that asked, most
+of the time) reads them from there (`follow`), without a Redis read per token. Only
+an explicit stop (from any tab: a local call, or a message from another process,
 answers.watcher) or a timeout (answers.deadlines) aborts the engine request:
 cancelling the task closes the engine stream.
 
@@ -17,13 +17,13 @@ the owner's heartbeat says it is alive. When the owner dies, or drains on SIGTER
 over, another web process claims it (answers.takeover) and continues it: a `Generation` made
 from the frames already written (`earlier`), which asks the engine to carry on the partial answer
 (`continue_final_message`) and appends to the same stream from the next position. While Redis
-is away the answer goes on: its frames wait in memory, its own followers read them there, and
-they are written, in order and once each, when Redis is back (`_catch_up`).
+is away the answer goes on: its frames wait in memory (streams.AnswerFrames) and are written
+when Redis is back.
 
-Why one module of over 300 lines: it is the chat's sink of an answer (its request, its frames and
-their catch-up after Redis was away, its end) and the ways in and out of one (start, stop, follow,
-and the check a follower of a quiet stream makes), read top to bottom; the life every answer shares
-is in answers.run.
+Why one module of over 300 lines: it is the chat's sink of an answer (its request, its frames, its
+end and the wait for frames Redis did not take yet) and the ways in and out of one (start, stop,
+take over, follow, and the check a follower of a quiet stream makes), read top to bottom; the life
+every answer shares is in answers.run, the writing of its frames in chat.streams.
 """
 
 import asyncio
@@ -38,7 +38,6 @@ import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
-from redis.exceptions import RedisError
 
 import redisconn
 from answers import admission, outcomes, ownership, watcher
@@ -60,8 +59,6 @@ _prompt_counts: "weakref.WeakKeyDictionary[EngineClient, PromptCounts]" = weakre
 # How long an ended answer's frames wait in memory for a Redis that is away before they are dropped
 # (the stored row has the answer whatever happens: followers that resume read it from there).
 CATCH_UP_SECONDS = 120.0
-# How long a draining process tries to write an answer's last frames before it hands the answer over.
-HANDOVER_FLUSH_SECONDS = 5.0
 # How long past CHAT_TAKEOVER_AFTER_SECONDS a follower waits for another process to take an
 # answer over (every web process scans every CHAT_TAKEOVER_SCAN_SECONDS).
 TAKEOVER_GRACE = 10.0
@@ -93,14 +90,9 @@ class Generation(AnswerRun):
         )
         self.turn = turn
         self.message_id = turn.assistant_message_id
-        # What the answer's stream holds, as (position, frame), and an event set when it grows.
-        self._frames: list[tuple[int, dict]] = [(frame["seq"], frame) for frame in earlier]
-        self._grown = asyncio.Event()
-        self._ended = False
-        # Writing the frames from a position on, after Redis went away; None: written as made.
-        self._catching_up: asyncio.Task | None = None
-        # The position of the last frame known to be in the stream.
-        self._written = earlier[-1]["seq"] if earlier else -1
+        self.frames = streams.AnswerFrames(
+            self.message_id, owner, list(earlier), superseded=partial(self.stop, "superseded")
+        )
 
     def log_context(self) -> dict:
         return {
@@ -109,34 +101,13 @@ class Generation(AnswerRun):
             "message_id": self.message_id,
         }
 
-    async def frames_after(self, after: int) -> AsyncIterator[dict]:
-        """The frames after token `after`, live, as `streams.follow` reads them from Redis.
-
-        When the answer leaves this process unfinished (handed over, or taken over), the rest
-        is read from its stream, as another process writes it."""
-        index = next(
-            (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
-        )
-        while True:
-            while index < len(self._frames):
-                after, frame = self._frames[index]
-                index += 1
-                yield frame
-                if frame["type"] in protocol.TERMINAL:
-                    return
-            if self._ended:
-                break
-            await self._grown.wait()
-        async for frame in _followed(self.message_id, after):
-            yield frame
+    def frames_after(self, after: int) -> AsyncIterator[dict]:
+        """The frames after token `after`, live, as `streams.follow` reads them from Redis: from
+        memory while this process writes them, then from its stream, as another process writes it."""
+        return self.frames.follow(after, partial(_followed, self.message_id))
 
     def ended(self) -> None:
-        self._ended = True
-        self._wake()
-
-    def _wake(self) -> None:
-        grown, self._grown = self._grown, asyncio.Event()
-        grown.set()
+        self.frames.end()
 
     async def request(self) -> ChatRequest | None:
         """The conversation fitted to the context window, and the partial answer to carry on
@@ -178,7 +149,7 @@ class Generation(AnswerRun):
         return self.turn.prefix + "".join(self.parts)
 
     async def token(self, r: aioredis.Redis, seq: int, text: str) -> None:
-        await self._publish(r, seq, protocol.token(self.message_id, seq, text))
+        await self.frames.publish(r, seq, protocol.token(self.message_id, seq, text))
 
     async def finish(self, r: aioredis.Redis, outcome: Outcome) -> None:
         await database_sync_to_async(self._store)(outcome)
@@ -210,74 +181,14 @@ class Generation(AnswerRun):
         turns.message_finish(message_id=self.message_id, content=self.text(), **outcome.stored())
         self.record_usage(outcome)
 
-    async def _publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
-        # Followers in this process have it at once, and never miss one whose write a stop cut.
-        self._frames.append((position, frame))
-        self._wake()
-        if self._catching_up is not None:
-            return  # written in order once Redis is back
-        try:
-            await streams.publish(r, self.owner, position, frame)
-            self._written = max(self._written, position)
-        except ownership.Fenced:
-            self.stop("superseded")
-        except ownership.Gap as gap:
-            self._fall_behind(r, gap.position, gap)
-        except RedisError as exc:
-            self._fall_behind(r, position, exc)
-
-    def _fall_behind(self, r: aioredis.Redis, position: int, why: Exception) -> None:
-        log.warning("answer %s: its frames wait in memory from %s (%s)", self.message_id, position, why)
-        catching_up = self._catch_up(r, position)
-        self._catching_up = asyncio.create_task(catching_up, name=f"catch-up-{self.message_id}")
-
-    async def _catch_up(self, r: aioredis.Redis, position: int) -> None:
-        """Write the frames from `position` on, in order, once Redis answers again: each at its
-        position, so one written before the failure is not written twice, and from wherever the
-        stream ends if Redis lost some."""
-        delay = 0.25
-        while True:
-            index = next((i for i, (p, _) in enumerate(self._frames) if p >= position), len(self._frames))
-            try:
-                while index < len(self._frames):
-                    position, frame = self._frames[index]
-                    await streams.publish(r, self.owner, position, frame)
-                    self._written = max(self._written, position)
-                    index += 1
-            except ownership.Fenced:
-                self.stop("superseded")
-                return
-            except ownership.Gap as gap:
-                position = gap.position
-                continue
-            except RedisError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            # Caught up, with no wait since the last check: the next frame is written as made.
-            self._catching_up = None
-            log.info("answer %s: its frames are in Redis again", self.message_id)
-            return
-
     async def before_handover(self, r: aioredis.Redis) -> None:
-        """Write the frames a follower here may have been shown but whose write the handover cut (or
-        that wait for Redis), so the process that continues the answer starts after them, not over them."""
-        if self._catching_up is None and (not self._frames or self._frames[-1][0] <= self._written):
-            return
-        if self._catching_up is not None:
-            self._catching_up.cancel()
-        try:
-            await asyncio.wait_for(self._catch_up(r, self._written + 1), HANDOVER_FLUSH_SECONDS)
-        except TimeoutError:
-            log.warning(
-                "answer %s: handed over with frames not written from %s", self.message_id, self._written + 1
-            )
+        await self.frames.before_handover(r)
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
         released = await self.release(r)
-        await self._publish(r, self.seq, frame)
-        catching_up = self._catching_up
+        await self.frames.publish(r, self.seq, frame)
+        catching_up = self.frames.catching_up
         if catching_up is None:
             return
         # Readers elsewhere wait for this frame; the stored row has the answer meanwhile.

@@ -6,9 +6,14 @@ answer starts; then every frame (each `chat.token`, then the closing `chat.done`
 token `seq` resumes with `XREAD ... 1-<seq + 1>` and receives exactly the frames
 after it, from any tab and any web process. Streams have a bounded length and
 expire CHAT_STREAM_TTL_SECONDS after their last entry.
+
+An answer's owner writes its frames through `AnswerFrames`, which keeps them in memory too (for
+the followers in its own process) and, while Redis is away, writes them in order and once each
+when it is back.
 """
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
@@ -22,6 +27,10 @@ from answers.ownership import Claim
 from chat.protocol import TERMINAL
 from eventloops import PerLoop
 from redisconn import keys
+
+log = logging.getLogger(__name__)
+# How long a draining process tries to write an answer's last frames before it hands the answer over.
+HANDOVER_FLUSH_SECONDS = 5.0
 
 
 async def request_stop(r: aioredis.Redis, message_id: int) -> None:
@@ -198,3 +207,116 @@ async def follow(
             yield frame
             if frame["type"] in TERMINAL:
                 return
+
+
+class AnswerFrames:
+    """The frames of one answer as its owner makes them: kept in memory, so a follower in this
+    process reads them from there (`follow`) without a Redis read per token, and written to the
+    answer's stream. While Redis is away they wait in memory and are written, in order and once
+    each, when it is back (`_catch_up`). `superseded` is called when another process owns the
+    answer now."""
+
+    def __init__(self, message_id: int, owner: Claim, earlier: list[dict], superseded: Callable[[], None]):
+        """`earlier`: the token frames an earlier owner wrote, when this one continues the answer."""
+        self.message_id = message_id
+        self.owner = owner
+        self._superseded = superseded
+        # What the answer's stream holds, as (position, frame), and an event set when it grows.
+        self._frames: list[tuple[int, dict]] = [(frame["seq"], frame) for frame in earlier]
+        self._grown = asyncio.Event()
+        self._ended = False
+        # Writing the frames from a position on, after Redis went away; None: written as made.
+        self.catching_up: asyncio.Task | None = None
+        # The position of the last frame known to be in the stream.
+        self._written = earlier[-1]["seq"] if earlier else -1
+
+    async def follow(self, after: int, rest: Callable[[int], AsyncIterator[dict]]) -> AsyncIterator[dict]:
+        """The frames after token `after`, live, from memory; when the answer leaves this process
+        unfinished (handed over, or taken over), the rest from `rest(after)`, its stream's."""
+        index = next(
+            (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
+        )
+        while True:
+            while index < len(self._frames):
+                after, frame = self._frames[index]
+                index += 1
+                yield frame
+                if frame["type"] in TERMINAL:
+                    return
+            if self._ended:
+                break
+            await self._grown.wait()
+        async for frame in rest(after):
+            yield frame
+
+    def end(self) -> None:
+        """This process writes no more of the answer: followers here read the rest from its stream."""
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        grown, self._grown = self._grown, asyncio.Event()
+        grown.set()
+
+    async def publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
+        # Followers in this process have it at once, and never miss one whose write a stop cut.
+        self._frames.append((position, frame))
+        self._wake()
+        if self.catching_up is not None:
+            return  # written in order once Redis is back
+        try:
+            await publish(r, self.owner, position, frame)
+            self._written = max(self._written, position)
+        except ownership.Fenced:
+            self._superseded()
+        except ownership.Gap as gap:
+            self._fall_behind(r, gap.position, gap)
+        except RedisError as exc:
+            self._fall_behind(r, position, exc)
+
+    def _fall_behind(self, r: aioredis.Redis, position: int, why: Exception) -> None:
+        log.warning("answer %s: its frames wait in memory from %s (%s)", self.message_id, position, why)
+        catching_up = self._catch_up(r, position)
+        self.catching_up = asyncio.create_task(catching_up, name=f"catch-up-{self.message_id}")
+
+    async def _catch_up(self, r: aioredis.Redis, position: int) -> None:
+        """Write the frames from `position` on, in order, once Redis answers again: each at its
+        position, so one written before the failure is not written twice, and from wherever the
+        stream ends if Redis lost some."""
+        delay = 0.25
+        while True:
+            index = next((i for i, (p, _) in enumerate(self._frames) if p >= position), len(self._frames))
+            try:
+                while index < len(self._frames):
+                    position, frame = self._frames[index]
+                    await publish(r, self.owner, position, frame)
+                    self._written = max(self._written, position)
+                    index += 1
+            except ownership.Fenced:
+                self._superseded()
+                return
+            except ownership.Gap as gap:
+                position = gap.position
+                continue
+            except RedisError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            # Caught up, with no wait since the last check: the next frame is written as made.
+            self.catching_up = None
+            log.info("answer %s: its frames are in Redis again", self.message_id)
+            return
+
+    async def before_handover(self, r: aioredis.Redis) -> None:
+        """Write the frames a follower here may have been shown but whose write the handover cut (or
+        that wait for Redis), so the process that continues the answer starts after them, not over them."""
+        if self.catching_up is None and (not self._frames or self._frames[-1][0] <= self._written):
+            return
+        if self.catching_up is not None:
+            self.catching_up.cancel()
+        try:
+            await asyncio.wait_for(self._catch_up(r, self._written + 1), HANDOVER_FLUSH_SECONDS)
+        except TimeoutError:
+            log.warning(
+                "answer %s: handed over with frames not written from %s", self.message_id, self._written + 1
+            )

@@ -203,7 +203,7 @@ async def test_an_answer_goes_on_while_redis_is_away_and_its_frames_are_written_
     answer, _ = await running_answer(alice, ["a", "b", "c", "d", "e"])
     seen = [frame async for frame in follow(answer.message_id)]  # its own follower, from memory
     await asyncio.wait_for(answer.task, 10)
-    assert await until(lambda: answer._catching_up is None, 10)
+    assert await until(lambda: answer.frames.catching_up is None, 10)
     written = await streams.written(redis_client(), answer.message_id)
     assert tokens(written) == tokens(seen) == [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
     assert written[-1]["type"] == seen[-1]["type"] == "chat.done"
@@ -243,7 +243,7 @@ async def test_frames_redis_lost_in_a_restart_are_written_again_before_the_next(
         await r.xadd(stream, fields, id=entry_id)
     gate.set()
     await asyncio.wait_for(answer.task, 10)
-    assert await until(lambda: answer._catching_up is None, 10)
+    assert await until(lambda: answer.frames.catching_up is None, 10)
     written = await streams.written(r, answer.message_id)
     assert tokens(written) == [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")]
     assert written[-1]["type"] == "chat.done"
