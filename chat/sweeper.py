@@ -6,13 +6,11 @@ from datetime import timedelta
 
 import orjson
 from django.conf import settings
-from django.db.models import F, Value
-from django.db.models.functions import Concat
 from django.utils import timezone
 
 import redisconn
 from chat import protocol
-from conversations.models import Message
+from conversations import selectors, turns
 from redisconn import keys
 
 
@@ -26,11 +24,7 @@ def messages_interrupt_stale() -> int:
     answer's), and the token frames of its stream."""
     seconds = settings.CHAT_STALE_AFTER_SECONDS
     cutoff, stale = timezone.now() - timedelta(seconds=seconds), time.time() - seconds
-    candidates = list(
-        Message.objects.filter(status=Message.Status.GENERATING, created_at__lt=cutoff).values_list(
-            "pk", flat=True
-        )
-    )
+    candidates = selectors.answers_generating(started_before=cutoff)
     if not candidates:
         return 0
     r = redisconn.sync_client()
@@ -39,11 +33,9 @@ def messages_interrupt_stale() -> int:
     interrupted = 0
     for pk in dead:
         frames = [orjson.loads(fields[b"frame"]) for _, fields in r.xrange(keys.chat_stream(pk))[1:]]
-        interrupted += Message.objects.filter(pk=pk, status=Message.Status.GENERATING).update(
-            content=Concat(F("content"), Value(protocol.text_of(frames))),
-            status=Message.Status.INTERRUPTED,
-            error_code="interrupted",
+        interrupted += turns.message_interrupt(
+            message_id=pk,
+            streamed=protocol.text_of(frames),
             note="The web process generating this answer stopped before it finished.",
-            finished_at=timezone.now(),
         )
     return interrupted

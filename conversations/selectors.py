@@ -255,3 +255,12 @@ def conversation_detail(conversation: Conversation) -> dict:
         "documents": [document_as_dict(d) for d in conversation.documents.all()],
         "messages": [message_as_dict(m) for m in conversation.messages.all()],
     }
+
+
+def answers_generating(*, started_before: datetime) -> list[int]:
+    """The ids of the answers still generating that started before `started_before`."""
+    return list(
+        Message.objects.filter(status=Message.Status.GENERATING, created_at__lt=started_before).values_list(
+            "pk", flat=True
+        )
+    )

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from conversations import selectors
@@ -303,5 +305,17 @@ def message_finish(
         completion_tokens=completion_tokens,
         ttft_ms=ttft_ms,
         duration_ms=duration_ms,
+        finished_at=timezone.now(),
+    )
+
+
+def message_interrupt(*, message_id: int, streamed: str, note: str) -> int:
+    """End an answer still generating as interrupted, its text what came before its stream and
+    `streamed`, what its stream holds; 1, or 0 when it had ended meanwhile."""
+    return Message.objects.filter(pk=message_id, status=Message.Status.GENERATING).update(
+        content=Concat(F("content"), Value(streamed)),
+        status=Message.Status.INTERRUPTED,
+        error_code="interrupted",
+        note=note,
         finished_at=timezone.now(),
     )
