@@ -1,6 +1,6 @@
 """Django's database sessions (SESSION_ENGINE), remembering the expiry date their one read found.
 
-A chat socket closes when its session expires (frontend.socket_auth). The handshake already reads
+A chat socket closes when its session expires (chat.socket_auth). The handshake already reads
 the session's row to find its user; keeping that row's `expire_date` spares every socket a second
 read of the same row through the web process's one database thread, a tenth of a handshake's cost.
 """

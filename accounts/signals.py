@@ -1,7 +1,7 @@
 """Who may log in as a user changed: their password, their active flag, or the user is gone.
 
 These receivers tell it once (`login_changed`, inside the transaction that made the change), and
-each app acts on it: the chat's sockets check their login again once it commits (frontend.signals),
+each app acts on it: the chat's sockets check their login again once it commits (chat.signals),
 the user's API keys die with it (apitokens.signals). A password hash that Django upgrades at a login
 (a new release's iterations) reads as a change too."""
 

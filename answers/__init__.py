@@ -3,7 +3,7 @@ web process, kept alive by its heartbeat, continued by another when that process
 followed by any.
 
 - `run`: the life itself (`AnswerRun`): admitted, requested, streamed within its time limits, ended,
-  counted and stored; each surface gives it a sink (the chat's in frontend.generation, the API's in
+  counted and stored; each surface gives it a sink (the chat's in chat.generation, the API's in
   openai_api.serving).
 - `admission`: the limits on answers at once and messages a minute, counted in Redis.
 - `deadlines`: its time limits (first token, between tokens, whole answer).

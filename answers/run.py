@@ -2,7 +2,7 @@
 limits, ended (complete, stopped or failed), counted and stored.
 
 `AnswerRun` is that life; what differs between surfaces is where its tokens and its end go, its
-sink: the chat's answer (frontend.generation) writes frames to the answer's Redis stream, which
+sink: the chat's answer (chat.generation) writes frames to the answer's Redis stream, which
 any socket or SSE client follows and any web process can continue, and stores the message; the
 OpenAI-compatible API's (openai_api.serving) hands them to the one HTTP response waiting for them
 and records the exchange. Both run as a task of the web process that no connection owns, keep
@@ -59,7 +59,7 @@ class Outcome:
     extra: dict = field(default_factory=dict)
 
     def stored(self) -> dict:
-        """The fields of the stored answer (frontend.services.message_finish)."""
+        """The fields of the stored answer (conversations.turns.message_finish)."""
         fields = asdict(self)
         del fields["detail"], fields["extra"]
         return fields

@@ -1,5 +1,5 @@
 """How an answer stands: the status it is stored with, whichever surface asked for it. The chat's
-Message stores it (frontend.models.Message.Status is this class) and answers.outcomes decides it."""
+Message stores it (conversations.models.Message.Status is this class) and answers.outcomes decides it."""
 
 from django.db import models
 

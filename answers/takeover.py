@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 # What takes over an answer of each kind (ownership.kind): the chat continues it
-# (frontend.generation.take_over), the API records it (openai_api.serving.take_over); each app
+# (chat.generation.take_over), the API records it (openai_api.serving.take_over); each app
 # registers its own when it is ready.
 Taker = Callable[[aioredis.Redis, ownership.Claim, EngineClient], Awaitable[AnswerRun | None]]
 TAKERS: dict[str, Taker] = {}

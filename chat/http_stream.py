@@ -2,7 +2,7 @@
 one; `POST /chat/stop` stops one. The chat page falls back to these where WebSockets are blocked.
 
 The answer is generated exactly as for the WebSocket: admission, a stored turn, a
-`Generation` task publishing frames to the answer's Redis stream (frontend.streams).
+`Generation` task publishing frames to the answer's Redis stream (chat.streams).
 These views follow that stream and write each frame as an SSE event (docs/store.md):
 
     data: {"started": true, "conversation": ..., "message": ..., "user_message": ...}

@@ -2,7 +2,7 @@
 metrics (tokens, time to first token, refusals) belong to the answer run, in answers.metrics.
 
 Call sites (the consumer, the turn store) call the small functions below and never touch a
-metric object. frontend.apps loads this module at start, so /metrics (monitoring) shows them
+metric object. chat.apps loads this module at start, so /metrics (monitoring) shows them
 before any socket opened (docs/monitoring.md).
 """
 

@@ -1,5 +1,5 @@
 """Sockets follow their login: logout closes them, and a change to who may log in makes
-them check again (frontend.socket_auth)."""
+them check again (chat.socket_auth)."""
 
 from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.db import transaction

@@ -93,7 +93,7 @@ def seconds_until(moment: datetime | None) -> float | None:
 
 
 def send(group: str | None, kind: str) -> None:
-    """Tell a group's sockets, in every web process (frontend.sockets). Without Redis, the change
+    """Tell a group's sockets, in every web process (chat.sockets). Without Redis, the change
     that asked it (a logout, a new password, a user made before Redis runs, as `make run` does)
     still happens: no socket hears it at once, and each still checks again before the next frame
     it acts on."""

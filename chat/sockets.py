@@ -1,7 +1,7 @@
 """The chat sockets an event loop holds, kept together rather than each on its own.
 
-Each socket holds one of its user's socket slots in Redis (frontend.rates), a lease that must be
-refreshed, and hears its login's logout and its user's changes (frontend.socket_auth). Here one
+Each socket holds one of its user's socket slots in Redis (chat.rates), a lease that must be
+refreshed, and hears its login's logout and its user's changes (chat.socket_auth). Here one
 task refreshes the leases of all the loop's sockets, a pipeline of commands a round, and one
 subscription (redisconn.subscription) hears the notices for them all and hands each to the sockets
 it names. A task of each socket for its lease and a channel of the channel layer with two groups

@@ -1,7 +1,7 @@
 """The chat page, and the small JSON actions its sidebar and settings dialog call.
 
 The actions are for the logged-in browser (session and CSRF token); the API for
-programs is frontend.api (store) and frontend.http_stream (chat).
+programs is conversations.api (store) and chat.http_stream (chat).
 """
 
 import json
@@ -62,6 +62,7 @@ def chat(request: HttpRequest, conversation_id: int | None = None) -> HttpRespon
         ),
         "limits": _bounds(request.user),
     }
+    # frontend: the chat page's templates kept their folder when the chat's package became chat/.
     return render(request, "frontend/chat.html", {"conversation": conversation, "initial": initial})
 
 

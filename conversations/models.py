@@ -49,7 +49,7 @@ class Conversation(models.Model):
 
 class ConversationDocument(models.Model):
     """A file's text attached to a conversation: it sits in the prompt right after the system
-    prompt on every turn, where the engine's prefix cache serves it (frontend.documents)."""
+    prompt on every turn, where the engine's prefix cache serves it (chat.documents)."""
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="documents")
     name = models.CharField(max_length=255)

@@ -56,6 +56,7 @@ def conversation_list(
 
 def may_read_all(user: AbstractBaseUser) -> bool:
     """Whether `user` may read other users' conversations (each read is then recorded)."""
+    # frontend: the store's app label, kept from before the rename (conversations.apps).
     return user.is_active and user.has_perm("frontend.read_all_conversations")
 
 

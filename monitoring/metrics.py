@@ -1,6 +1,6 @@
 """/metrics' exposition: the metrics the apps own and bulk job progress, read from the database
 at scrape time (monitoring.jobs). Each app registers its own metrics when it starts (its
-AppConfig.ready loads its metrics module: answers.metrics, frontend.metrics, inference.metrics),
+AppConfig.ready loads its metrics module: answers.metrics, chat.metrics, inference.metrics),
 so a process that has not used them yet still exposes them; monitoring only reads the registry.
 
 Several web processes share one view when PROMETHEUS_MULTIPROC_DIR is set before

@@ -1,6 +1,6 @@
 """Every Redis key, channel and rate-limit namespace the product uses.
 
-chat:  written by the web tier (frontend/); the bulk runner reads CHAT_ACTIVE to give way.
+chat:  written by the web tier (chat/); the bulk runner reads CHAT_ACTIVE to give way.
 inference:  written by the engine's supervisor (runinference), read by the web tier.
 jobs:  written and read by bulk job runners (jobs/).
 monitoring:  the dashboard's history, written by a Celery task beat queues (monitoring.history).
@@ -12,13 +12,13 @@ CHAT_ACTIVE = "chat:generations:active"
 # Every answer's stop channel (chat_stop_channel), as a pattern: one subscription of a web
 # process hears them all (answers.watcher).
 CHAT_STOP_CHANNELS = "chat:stop:*"
-# Logouts and user changes, for the chat sockets of every web process (frontend.sockets).
+# Logouts and user changes, for the chat sockets of every web process (chat.sockets).
 CHAT_SOCKET_NOTICES = "chat:sockets:notices"
 # Every running answer, scored by its owner's last heartbeat (answers.ownership).
 CHAT_ANSWERS = "chat:answers"
 # Per-minute chat message windows, per user id (answers.admission).
 CHAT_MESSAGES_LIMIT = "chat-messages"
-# Changes to conversations (create, rename, delete, settings), per user id (frontend.rates).
+# Changes to conversations (create, rename, delete, settings), per user id (chat.rates).
 CHAT_CHANGES_LIMIT = "chat-changes"
 # Failed logins, per username hash and per address (accounts.throttle).
 LOGIN_FAILURES_LIMIT = "login-failures"
@@ -37,12 +37,12 @@ def chat_user_generations(user_id: int) -> str:
 
 
 def chat_user_document_reads(user_id: int) -> str:
-    """How many of the user's attachments are being read now (frontend.documents)."""
+    """How many of the user's attachments are being read now (chat.documents)."""
     return f"chat:document-reads:user:{user_id}"
 
 
 def chat_user_sockets(user_id: int) -> str:
-    """Leases of the user's open chat sockets, scored by expiry (frontend.rates)."""
+    """Leases of the user's open chat sockets, scored by expiry (chat.rates)."""
     return f"chat:sockets:user:{user_id}"
 
 
@@ -53,7 +53,7 @@ def engine_state(url: str) -> str:
 
 
 def chat_stream(message_id: int) -> str:
-    """The answer's frames (frontend.streams)."""
+    """The answer's frames (chat.streams)."""
     return f"chat:stream:{message_id}"
 
 

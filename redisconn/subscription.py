@@ -3,7 +3,7 @@
 A subscription of each listener would cost a Redis connection of its own, opened and closed with
 it; one for the loop serves them all (the stops of every answer the loop generates,
 answers.watcher; the logouts and user changes of every chat socket the loop holds,
-frontend.sockets). Losing Redis does not end it: it is made again, with backoff, and is up again
+chat.sockets). Losing Redis does not end it: it is made again, with backoff, and is up again
 once Redis confirms it, when `resubscribed` runs (to read what was sent meanwhile).
 """
 

@@ -212,7 +212,7 @@ FRAME_FILE = re.compile(r"\((?P<file>[^:()]+)(?::\d+)?\)$")
 
 
 def _place(frame: str) -> str:
-    """The package or module a frame runs in, as py-spy names its file (`frontend/streams.py`,
+    """The package or module a frame runs in, as py-spy names its file (`chat/streams.py`,
     `asyncio/streams.py`, `threading.py`): its first part."""
     found = FRAME_FILE.search(frame)
     path = found.group("file") if found else frame

@@ -1,4 +1,4 @@
-"""docs/protocol.md says what the code does: every frame type (frontend/protocol.py) and every error
+"""docs/protocol.md says what the code does: every frame type (chat/protocol.py) and every error
 code of every surface, with its status and OpenAI type and code (httpkit/errors.py)."""
 
 import re

@@ -58,13 +58,13 @@ def test_it_turns_the_differences_around_a_step_into_rates_and_costs(tmp_path):
 def test_it_reads_where_the_time_went_from_py_spys_stacks(tmp_path):
     raw = tmp_path / "profile.txt"
     raw.write_bytes(
-        b"run (twisted/internet/asyncioreactor.py:257);follow (frontend/streams.py:170) 3\n"
+        b"run (twisted/internet/asyncioreactor.py:257);follow (chat/streams.py:170) 3\n"
         b"run (twisted/internet/asyncioreactor.py:257) 1\n"
         b"\xfb garbage without a count\n"
     )
     top = Profile(0, 0, raw).top()
     assert top["self"] == [
-        ("follow (frontend/streams.py:170)", 75.0),
+        ("follow (chat/streams.py:170)", 75.0),
         ("run (twisted/internet/asyncioreactor.py:257)", 25.0),
     ]
-    assert dict(top["inclusive"]) == {"twisted": 100.0, "frontend": 75.0}
+    assert dict(top["inclusive"]) == {"twisted": 100.0, "chat": 75.0}

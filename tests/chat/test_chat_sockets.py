@@ -1,4 +1,4 @@
-"""The chat sockets of a web process, kept together (frontend.sockets): their slots' leases renewed
+"""The chat sockets of a web process, kept together (chat.sockets): their slots' leases renewed
 in one round, and the notices for their groups heard on one subscription, both up only while the
 process holds a socket. The same notices end to end, through daphne, are in
 test_chat_end_to_end.py (logout, deactivation, new password, deletion)."""

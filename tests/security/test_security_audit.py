@@ -29,7 +29,8 @@ def world():
     turn = turns.chat_turn_start(user=alice, conversation_id=None, content="My private question")
     turns.message_finish(message_id=turn.assistant_message_id, content="A private answer", status="complete")
     staff = User.objects.create_user("ops", password="pw-ops-123456", is_staff=True)
-    # Everything the admin offers on conversations and messages, short of reading them all.
+    # Everything the admin offers on conversations and messages, short of reading them all. (frontend:
+    # the store's app label, kept from before the rename, in its permissions and admin pages.)
     staff.user_permissions.add(
         *Permission.objects.filter(content_type__app_label="frontend").exclude(
             codename="read_all_conversations"

@@ -329,6 +329,7 @@ ADMIN_PATHS = [
     ("POST", "/admin/jobs/job/{job}/do/cancel/"),
     ("GET", "/admin/jobs/job/progress.json?ids={job}"),
     ("GET", "/admin/jobs/job/{job}/delete/"),
+    # frontend: the store's app label, kept from before the rename (conversations.apps).
     ("GET", "/admin/frontend/conversation/{conversation}/change/"),
     ("GET", "/admin/frontend/message/{answer}/change/"),
     ("GET", "/admin/jobs/job/add/"),

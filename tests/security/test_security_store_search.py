@@ -29,6 +29,7 @@ def bearer(user) -> dict:
 
 def message_reads(queries) -> list[str]:
     """The part of each query from its read of the messages' table on."""
+    # frontend: the store's app label, kept from before the rename (conversations.apps), names its tables.
     return [
         q["sql"][q["sql"].index('FROM "frontend_message"') :]
         for q in queries

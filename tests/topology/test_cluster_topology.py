@@ -65,6 +65,7 @@ def test_nginx_serves_the_static_files_itself(cluster):
     response = httpx.get(cluster.base + "/static/frontend/chat.js")
     assert response.status_code == 200
     assert response.headers["server"].startswith("nginx")
+    # frontend: the chat page's static folder kept its name when the chat's package became chat/.
     assert response.content == (Path(settings.STATIC_ROOT) / "frontend" / "chat.js").read_bytes()
     assert response.headers["cache-control"] == "max-age=60"
 

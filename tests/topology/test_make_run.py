@@ -199,6 +199,7 @@ def test_it_logs_in_over_plain_http_on_this_host(made_run):
 
 
 def test_it_serves_the_collected_static_files(made_run):
+    # frontend: the chat page's static folder kept its name when the chat's package became chat/.
     collected = made_run.data_dir / "static" / "frontend" / "chat.css"
     assert collected.exists()
     for path in ("/static/frontend/chat.css", "/static/errors/errors.css", "/static/frontend/chat.js"):
