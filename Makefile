@@ -61,6 +61,15 @@ $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 
 install: $(BIN)/.installed
 
+# The suite's, the lint's and the benchmarks' own packages (requirements/dev.txt), beside the product's.
+DEV_STAMP := $(VENV)/.installed-dev
+$(DEV_STAMP): requirements/dev.txt $(BIN)/.installed
+	$(BIN)/pip install --quiet -r requirements/dev.txt
+	touch $@
+
+.PHONY: install-dev
+install-dev: $(DEV_STAMP)
+
 # The manifests' scanners, Checkov and kubernetes-validate (tests/topology/test_k8s_checkov.py,
 # tests/topology/test_k8s_manifests.py), pinned, in a virtualenv of their own: their pins clash with the
 # product's. About 70 s the first time; a new pin makes it again.
@@ -111,17 +120,17 @@ run: prepare
 dev:
 	@$(MAKE) --no-print-directory run DEBUG=true
 
-test: install
+test: install-dev
 	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
 	$(BIN)/python -m pytest
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: install
+format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
@@ -129,7 +138,7 @@ format: install
 BENCH_FLAGS := $(if $(QUICK),--quick)
 # A PostgreSQL database for the streaming benchmark's second store (docs/benchmarks.md); empty: skipped.
 BENCH_DATABASE_URL ?=
-bench: prepare
+bench: prepare install-dev
 	$(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_batching $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_prefix $(BENCH_FLAGS)
@@ -157,7 +166,7 @@ bench: prepare
 # serves unless LOAD_FLAGS has --on-product-stores.
 # Locust comes from requirements/load.txt, into .venv beside the product. Results under var/loadtest/.
 LOAD_STAMP := $(VENV)/.installed-load
-$(LOAD_STAMP): requirements/load.txt $(BIN)/.installed
+$(LOAD_STAMP): requirements/load.txt $(DEV_STAMP)
 	$(BIN)/pip install --quiet -r requirements/load.txt
 	touch $@
 
