@@ -120,11 +120,31 @@ run: prepare
 dev:
 	@$(MAKE) --no-print-directory run DEBUG=true
 
-test: install-dev
+# The browser tests drive Debian's Chromium and the topology tests Debian's nginx: installed here as
+# root where missing, else `make test` stops with the command to run. Nothing is skipped.
+.PHONY: system-packages
+system-packages:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v nginx >/dev/null 2>&1 || missing="$$missing nginx"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make test needs:$$missing. Run: sudo apt-get install$$missing"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: install-dev system-packages
 	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
 	$(BIN)/python -m pytest
+
+# The quick loop while working: no engine, no browser (a few minutes); `make test` is what CI runs.
+.PHONY: test-fast
+test-fast: export DEBUG ?= true
+test-fast: install-dev
+	mkdir -p "$${DATA_DIR:-var}"
+	$(MANAGE) collectstatic --noinput --verbosity 0
+	$(BIN)/python -m pytest -m "not engine and not browser" $(PYTEST_FLAGS)
 
 lint: install-dev
 	$(BIN)/ruff check .
