@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from chatsite.env import web_drain_seconds
+from chatsite.env import env_int, web_drain_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,8 +169,8 @@ if __name__ == "__main__":
         Path(sys.argv[1]).resolve(),
         Topology(
             names=sys.argv[2:],
-            web_port=int(os.environ.get("WEB_PORT", "8000")),
-            web_processes=int(os.environ.get("WEB_PROCESSES", "1")),
-            engine_replicas=int(os.environ.get("INFERENCE_REPLICAS", "1")),
+            web_port=env_int("WEB_PORT", 8000, minimum=1, maximum=65535),
+            web_processes=env_int("WEB_PROCESSES", 1, minimum=1),
+            engine_replicas=env_int("INFERENCE_REPLICAS", 1, minimum=1),
         ),
     )
