@@ -15,9 +15,11 @@ ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 PROCESSES := web inference worker beat $(if $(REDIS_URL),,redis)
 # Bulk summarization jobs run on their own worker (jobs/, docs/jobs.md).
 PROCESSES += bulk
-# TOPOLOGY=cluster: nginx on WEB_PORT in front of WEB_PROCESSES web processes (docs/deploy.md).
+# WEB_PROCESSES web processes: by default two, accepting from one socket on WEB_PORT that supervisord
+# holds, so `make restart` restarts them one at a time and the site never stops answering;
+# TOPOLOGY=cluster: nginx on WEB_PORT in front of them instead, each on a port of its own (docs/deploy.md).
 TOPOLOGY ?= single
-WEB_PROCESSES ?= $(if $(filter cluster,$(TOPOLOGY)),2,1)
+WEB_PROCESSES ?= 2
 PROCESSES += $(if $(filter cluster,$(TOPOLOGY)),nginx)
 # INFERENCE_REPLICAS=N: N engines behind vLLM's router at INFERENCE_URL (docs/deploy.md).
 export INFERENCE_REPLICAS ?= 1
@@ -115,6 +117,14 @@ run: prepare
 	@echo "Open http://127.0.0.1:$(WEB_PORT)/ and log in as printed above (the engine takes about a minute to load)."
 	@echo "Each process is restarted when it dies; Ctrl-C stops them all. Status: $(BIN)/supervisorctl -c $(RUN_DIR)/supervisord.conf status"
 	PROMETHEUS_MULTIPROC_DIR="$(METRICS_DIR)" RUN_DIR="$(RUN_DIR)" WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/supervisord -c "$(RUN_DIR)/supervisord.conf"
+
+# A rolling restart of the running `make run`'s web processes (a deploy, new code): one at a time,
+# each back and serving for a few seconds before the next stops, so readers only reconnect.
+.PHONY: restart
+restart:
+	@for program in $$($(BIN)/supervisorctl -c "$(RUN_DIR)/supervisord.conf" status | awk '/^web/ {print $$1}'); do \
+		$(BIN)/supervisorctl -c "$(RUN_DIR)/supervisord.conf" restart "$$program" || exit 1; \
+	done
 
 # Development mode: Django's debug pages and the well-known development passwords.
 dev:
