@@ -15,9 +15,11 @@ ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 PROCESSES := web inference worker beat $(if $(REDIS_URL),,redis)
 # Bulk summarization jobs run on their own worker (jobs/, docs/jobs.md).
 PROCESSES += bulk
-# TOPOLOGY=cluster: nginx on WEB_PORT in front of WEB_PROCESSES web processes (docs/deploy.md).
+# WEB_PROCESSES web processes: by default two, accepting from one socket on WEB_PORT that supervisord
+# holds, so `make restart` restarts them one at a time and the site never stops answering;
+# TOPOLOGY=cluster: nginx on WEB_PORT in front of them instead, each on a port of its own (docs/deploy.md).
 TOPOLOGY ?= single
-WEB_PROCESSES ?= $(if $(filter cluster,$(TOPOLOGY)),2,1)
+WEB_PROCESSES ?= 2
 PROCESSES += $(if $(filter cluster,$(TOPOLOGY)),nginx)
 # INFERENCE_REPLICAS=N: N engines behind vLLM's router at INFERENCE_URL (docs/deploy.md).
 export INFERENCE_REPLICAS ?= 1
@@ -60,6 +62,15 @@ $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 	touch $@
 
 install: $(BIN)/.installed
+
+# The suite's, the lint's and the benchmarks' own packages (requirements/dev.txt), beside the product's.
+DEV_STAMP := $(VENV)/.installed-dev
+$(DEV_STAMP): requirements/dev.txt $(BIN)/.installed
+	$(BIN)/pip install --quiet -r requirements/dev.txt
+	touch $@
+
+.PHONY: install-dev
+install-dev: $(DEV_STAMP)
 
 # The manifests' scanners, Checkov and kubernetes-validate (tests/topology/test_k8s_checkov.py,
 # tests/topology/test_k8s_manifests.py), pinned, in a virtualenv of their own: their pins clash with the
@@ -107,21 +118,49 @@ run: prepare
 	@echo "Each process is restarted when it dies; Ctrl-C stops them all. Status: $(BIN)/supervisorctl -c $(RUN_DIR)/supervisord.conf status"
 	PROMETHEUS_MULTIPROC_DIR="$(METRICS_DIR)" RUN_DIR="$(RUN_DIR)" WEB_PORT=$(WEB_PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/supervisord -c "$(RUN_DIR)/supervisord.conf"
 
+# A rolling restart of the running `make run`'s web processes (a deploy, new code): one at a time,
+# each back and serving for a few seconds before the next stops, so readers only reconnect.
+.PHONY: restart
+restart:
+	@for program in $$($(BIN)/supervisorctl -c "$(RUN_DIR)/supervisord.conf" status | awk '/^web/ {print $$1}'); do \
+		$(BIN)/supervisorctl -c "$(RUN_DIR)/supervisord.conf" restart "$$program" || exit 1; \
+	done
+
 # Development mode: Django's debug pages and the well-known development passwords.
 dev:
 	@$(MAKE) --no-print-directory run DEBUG=true
 
-test: install
+# The browser tests drive Debian's Chromium and the topology tests Debian's nginx: installed here as
+# root where missing, else `make test` stops with the command to run. Nothing is skipped.
+.PHONY: system-packages
+system-packages:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v nginx >/dev/null 2>&1 || missing="$$missing nginx"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make test needs:$$missing. Run: sudo apt-get install$$missing"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: install-dev system-packages
 	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
 	$(BIN)/python -m pytest
 
-lint: install
+# The quick loop while working: no engine, no browser (a few minutes); `make test` is what CI runs.
+.PHONY: test-fast
+test-fast: export DEBUG ?= true
+test-fast: install-dev
+	mkdir -p "$${DATA_DIR:-var}"
+	$(MANAGE) collectstatic --noinput --verbosity 0
+	$(BIN)/python -m pytest -m "not engine and not browser" $(PYTEST_FLAGS)
+
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: install
+format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
@@ -129,7 +168,7 @@ format: install
 BENCH_FLAGS := $(if $(QUICK),--quick)
 # A PostgreSQL database for the streaming benchmark's second store (docs/benchmarks.md); empty: skipped.
 BENCH_DATABASE_URL ?=
-bench: prepare
+bench: prepare install-dev
 	$(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_batching $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_prefix $(BENCH_FLAGS)
@@ -157,7 +196,7 @@ bench: prepare
 # serves unless LOAD_FLAGS has --on-product-stores.
 # Locust comes from requirements/load.txt, into .venv beside the product. Results under var/loadtest/.
 LOAD_STAMP := $(VENV)/.installed-load
-$(LOAD_STAMP): requirements/load.txt $(BIN)/.installed
+$(LOAD_STAMP): requirements/load.txt $(DEV_STAMP)
 	$(BIN)/pip install --quiet -r requirements/load.txt
 	touch $@
 

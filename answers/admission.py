@@ -21,7 +21,7 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
 import redisconn
-from answers import drain, metrics
+from answers import metrics, process
 from eventloops import PerLoop
 from httpkit import errors, pending
 from redisconn import keys
@@ -55,7 +55,7 @@ _rate_limiter = PerLoop(
 async def admit_answer(r: aioredis.Redis, *, user_id: int) -> Lease:
     """`admit`, counted: the one way every answer (chat or API) is admitted. A draining process
     (answers.drain) admits none."""
-    if drain.draining():
+    if process.draining():
         metrics.admission_refused("draining")
         raise errors.busy("draining", 1.0)
     try:

@@ -15,23 +15,15 @@ import asyncio
 import logging
 import time
 
+from answers.process import RUNNING, begin_draining, draining
+
+__all__ = ["drain", "draining"]
 log = logging.getLogger(__name__)
-
-
-_draining = False
-
-
-def draining() -> bool:
-    """True once this process has begun to drain: it takes no new answer or socket."""
-    return _draining
 
 
 async def drain(seconds: float) -> None:
     """Let this process's answers finish for up to `seconds`, then hand over the rest."""
-    from answers.run import RUNNING
-
-    global _draining
-    _draining = True
+    begin_draining()
     deadline = time.monotonic() + seconds
     log.info("draining: %s answers running, %.0f s to finish them", len(RUNNING), seconds)
     while RUNNING and time.monotonic() < deadline:

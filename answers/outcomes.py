@@ -2,6 +2,7 @@
 (docs/protocol.md has the codes)."""
 
 import logging
+from dataclasses import asdict, dataclass, field
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -12,6 +13,31 @@ from answers.status import AnswerStatus
 from inference import state as engine_state
 from inference.client import EngineError
 from inference.prompt import PromptTooLong
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an answer ended: what is stored (`stored()`) and what its reader is told."""
+
+    status: str
+    finish_reason: str = ""
+    note: str = ""
+    error_code: str = ""
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    # A failure's detail and extras (retry_after), for its reader.
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def stored(self) -> dict:
+        """The fields of the stored answer (conversations.turns.message_finish)."""
+        fields = asdict(self)
+        del fields["detail"], fields["extra"]
+        return fields
+
 
 log = logging.getLogger(__name__)
 

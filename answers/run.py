@@ -13,7 +13,6 @@ the prompt of every request the engine started, stopped ones included.
 import asyncio
 import logging
 from contextlib import aclosing
-from dataclasses import asdict, dataclass, field
 
 import redis.asyncio as aioredis
 from django.conf import settings
@@ -21,6 +20,8 @@ from django.conf import settings
 import redisconn
 from answers import admission, metrics, outcomes, ownership, watcher
 from answers.deadlines import Deadlines
+from answers.outcomes import Outcome
+from answers.process import RUNNING
 from answers.status import AnswerStatus
 from inference.client import ChatRequest, Completion, EngineClient, EngineError
 from inference.isolation import cache_salt
@@ -31,38 +32,11 @@ log = logging.getLogger(__name__)
 
 # Stops that end the answer here without ending it: another process continues it.
 LEAVING = frozenset({"superseded", "handover"})
-# The answers this process runs, by their registry name (answers.ownership): a stop from the same
-# process is a direct call, a drain waits for them, a scan never claims them.
-RUNNING: dict[int | str, "AnswerRun"] = {}
 
 
 def cache_salt_for(user_id: int) -> str | None:
     """A per-user salt so the prefix cache never serves one user's history to another."""
     return cache_salt("cache-salt", user_id) if settings.CHAT_CACHE_SALT_PER_USER else None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How an answer ended: what is stored (`stored()`) and what its reader is told."""
-
-    status: str
-    finish_reason: str = ""
-    note: str = ""
-    error_code: str = ""
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    completion_tokens: int | None = None
-    ttft_ms: float | None = None
-    duration_ms: float | None = None
-    # A failure's detail and extras (retry_after), for its reader.
-    detail: str = ""
-    extra: dict = field(default_factory=dict)
-
-    def stored(self) -> dict:
-        """The fields of the stored answer (conversations.turns.message_finish)."""
-        fields = asdict(self)
-        del fields["detail"], fields["extra"]
-        return fields
 
 
 class AnswerRun:

@@ -15,6 +15,7 @@ SIGTERM, or SIGINT, stops it at once.
 import asyncio
 import os
 import signal
+import sys
 
 from chatsite.env import env_choice, env_int
 
@@ -36,6 +37,24 @@ def with_backlog(endpoint: str) -> str:
         return endpoint
     backlog = env_int("WEB_LISTEN_BACKLOG", 4096, minimum=1)
     return f"{endpoint}:backlog={backlog}"
+
+
+def listening_socket(argv: list[str]) -> list[str]:
+    """daphne's arguments, made to accept from the listening socket at descriptor WEB_LISTEN_FD
+    instead of binding --bind/--port, when that variable is set: several web processes then share
+    the socket supervisord opened for them (deploy/supervisor.py) and keeps open across restarts."""
+    fd = env_int("WEB_LISTEN_FD", -1, minimum=0) if os.environ.get("WEB_LISTEN_FD") else -1
+    if fd < 0:
+        return argv
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-b", "--bind", "-p", "--port"):
+            skip = True
+        elif not arg.startswith(("--bind=", "--port=")):
+            kept.append(arg)
+    return [*kept[:1], "--fd", str(fd), *kept[1:]]
 
 
 def server_class():
@@ -87,6 +106,7 @@ def main() -> None:
     from daphne.cli import CommandLineInterface
 
     CommandLineInterface.server_class = server_class()
+    sys.argv = listening_socket(sys.argv)
     CommandLineInterface.entrypoint()
 
 

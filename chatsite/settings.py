@@ -335,7 +335,7 @@ CHAT_MAX_ACTIVE_PER_USER = env_int("CHAT_MAX_ACTIVE_PER_USER", 3, minimum=1)
 # The site's answers at once follow the engine's batch: more would queue inside the engine, where
 # time to first token grows and nothing is gained; one web process on a 2-core host streams about 150
 # at once within +50 ms of the engine's pace (113 at +24 ms, 256 at +310 ms; docs/benchmarks.md, "The
-# knee again").
+# knee").
 CHAT_MAX_ACTIVE_TOTAL = env_int("CHAT_MAX_ACTIVE_TOTAL", INFERENCE_MAX_NUM_SEQS, minimum=1)
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 20, minimum=1)
 CHAT_SOCKET_FRAMES_PER_MINUTE = env_int("CHAT_SOCKET_FRAMES_PER_MINUTE", 120, minimum=1)

@@ -24,13 +24,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from chatsite.env import web_drain_seconds
+from chatsite.env import env_int, web_drain_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # How long each process may take to stop after SIGTERM before it is killed: an engine drains
 # its requests; a web process lets its answers finish for WEB_DRAIN_SECONDS and hands over the
 # rest (answers.drain); Celery finishes its task.
+# How long a web process of several must have run before the next one of a rolling restart stops.
+WEB_START_SECONDS = 5
 STOP_WAIT = {"inference": 30, "web": int(web_drain_seconds()) + 10, "worker": 60, "bulk": 60, "router": 10}
 
 
@@ -58,8 +60,6 @@ class Topology:
     def __post_init__(self) -> None:
         if self.web_processes < 1:
             raise SystemExit("WEB_PROCESSES must be 1 or more")
-        if self.web_processes > 1 and "nginx" not in self.names:
-            raise SystemExit("WEB_PROCESSES above 1 needs nginx in front of them: make run TOPOLOGY=cluster")
         if self.engine_replicas < 1:
             raise SystemExit("INFERENCE_REPLICAS must be 1 or more")
         if self.engine_replicas > 1 and "router" not in self.names:
@@ -97,6 +97,26 @@ def _program(name: str, command: str, stop_wait: int, environment: dict[str, str
         pairs = ",".join(f'{key}="{value}"' for key, value in environment.items())
         lines.append("environment=" + pairs.replace("%", "%%"))
     return lines
+
+
+def _shared_socket_web(command: str, topology: Topology) -> list[str]:
+    """`web_processes` web processes accepting from one listening socket on WEB_PORT that supervisord
+    opens and keeps (an fcgi-program: the socket is each process's descriptor 0, WEB_LISTEN_FD). A
+    process that drains closes its own copy, the others go on accepting, and connections that come
+    while none accepts wait in the socket's queue instead of being refused: restarted one at a time
+    (`make restart`), the site never stops answering, with no proxy in front."""
+    lines = _program("web", command, STOP_WAIT["web"], {"WEB_LISTEN_FD": "0"})
+    bind = os.environ.get("WEB_BIND") or "127.0.0.1"
+    lines[1] = "[fcgi-program:web]"
+    lines[2:2] = [
+        f"socket=tcp://{bind}:{topology.web_port}",
+        f"socket_backlog={env_int('WEB_LISTEN_BACKLOG', 4096, minimum=1)}",
+        "process_name=web-%(process_num)d",
+        f"numprocs={topology.web_processes}",
+    ]
+    # Started when it has run for a few seconds (Django loaded), so the next of a rolling restart
+    # waits for it.
+    return [line if line != "startsecs=1" else f"startsecs={WEB_START_SECONDS}" for line in lines]
 
 
 def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = None) -> str:
@@ -137,9 +157,12 @@ def render(run_dir: Path, topology: Topology, commands: dict[str, str] | None = 
         if name != "web":
             sections += _program(name, commands[name], STOP_WAIT.get(name, 10), {})
             continue
-        if not topology.behind_nginx:
+        if not topology.behind_nginx and topology.web_processes == 1:
             # One web process on WEB_PORT, from the environment as the Procfile reads it.
             sections += _program("web", commands["web"], STOP_WAIT["web"], {})
+            continue
+        if not topology.behind_nginx:
+            sections += _shared_socket_web(commands["web"], topology)
             continue
         for program, port in topology.web_backends():
             # X-Forwarded-For is believed from nginx on this host only (docs/security.md).
@@ -169,8 +192,8 @@ if __name__ == "__main__":
         Path(sys.argv[1]).resolve(),
         Topology(
             names=sys.argv[2:],
-            web_port=int(os.environ.get("WEB_PORT", "8000")),
-            web_processes=int(os.environ.get("WEB_PROCESSES", "1")),
-            engine_replicas=int(os.environ.get("INFERENCE_REPLICAS", "1")),
+            web_port=env_int("WEB_PORT", 8000, minimum=1, maximum=65535),
+            web_processes=env_int("WEB_PROCESSES", 1, minimum=1),
+            engine_replicas=env_int("INFERENCE_REPLICAS", 1, minimum=1),
         ),
     )

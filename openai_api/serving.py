@@ -30,7 +30,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 import redisconn
 from answers import admission, ownership, watcher
-from answers.run import AnswerRun, Outcome, cache_salt_for
+from answers.outcomes import Outcome
+from answers.run import AnswerRun, cache_salt_for
 from answers.status import AnswerStatus
 from conversations import exchanges
 from httpkit.errors import Refusal

@@ -39,6 +39,23 @@ LOGS = Path(settings.DATA_DIR) / "test-logs"
 LOGS.mkdir(parents=True, exist_ok=True)
 
 
+# The slow kinds, marked by what a test uses: `pytest -m "not engine and not browser"` (make test-fast)
+# is the quick loop; the full suite is what CI runs.
+ENGINE_FIXTURES = {"engine_url"}
+BROWSER_FIXTURES = {"browser", "page"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & ENGINE_FIXTURES:
+            item.add_marker(pytest.mark.engine)
+        if used & BROWSER_FIXTURES:
+            item.add_marker(pytest.mark.browser)
+        if "topology" in item.path.parts:
+            item.add_marker(pytest.mark.topology)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Refuse an async test inside the test-wide transaction.
 
@@ -257,7 +274,7 @@ BROWSER_ARGS = [
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium driven by Playwright; missing Chromium fails in CI and skips elsewhere.
+    """Debian's Chromium driven by Playwright; a missing Chromium fails the test, with the command.
 
     Module-scoped: Playwright's sync API runs an event loop in this thread for as
     long as it is open, which would break every asyncio test that runs after it.
@@ -273,9 +290,8 @@ def browser():
 
     executable = shutil.which("chromium")
     if executable is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (.ci/run installs Debian's package)")
-        pytest.skip("chromium is not installed: apt-get install chromium")
+        # Never skipped: `make test` installs it where it may (as root).
+        pytest.fail("chromium is not installed: apt-get install chromium (make test does, as root)")
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv(ASYNC_UNSAFE, "true")
         browser = playwright.chromium.launch(executable_path=executable, args=BROWSER_ARGS)

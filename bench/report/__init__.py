@@ -29,6 +29,8 @@ DOC = ROOT / "docs" / "benchmarks.md"
 # Everything from this line on in docs/benchmarks.md is written by people and kept across runs.
 # It is matched as the page has it: a change to it is made on the page too, or the notes are lost.
 NOTES = "<!-- notes: kept by bench/report -->"
+# And so is the page's head between these two lines, under its title: the contents and how to run.
+CONTENTS, CONTENTS_END = "<!-- contents: kept by bench/report -->", "<!-- /contents -->"
 # Each benchmark's result file by name, and the module that writes its section, in the page's order.
 SECTIONS = {
     "streaming": streaming,
@@ -41,9 +43,8 @@ SECTIONS = {
     "defaults": defaults,
     "binding": binding,
 }
-INTRO = """# Benchmarks
-
-`make bench` runs the benchmarks in `bench/` and rewrites this page, its charts and the JSON
+TITLE = "# Benchmarks"
+INTRO = """`make bench` runs the benchmarks in `bench/` and rewrites this page, its charts and the JSON
 results in `docs/benchmarks/`; `make bench QUICK=1` runs a reduced set (fewer requests and engine
 settings). Each benchmark starts its own engine(s) with `enginehost.launcher` and the product with
 daphne on the configured database and Redis, like `make run`, and compares against the raw engine in
@@ -68,11 +69,13 @@ def main(argv: list[str] | None = None) -> None:
         results.append(result)
         sections.append(module.section(result, options.results))
     minutes = sum(r["duration_s"] for r in results) / 60
-    parts = [INTRO.format(minutes=minutes)]
+    previous = options.doc.read_text() if options.doc.exists() else ""
+    parts = [TITLE]
+    if CONTENTS in previous and CONTENTS_END in previous:
+        parts.append(previous[previous.index(CONTENTS) : previous.index(CONTENTS_END) + len(CONTENTS_END)])
+    parts.append(INTRO.format(minutes=minutes))
     if results:
         parts.append(machine.section(results))
-    notes = ""
-    if options.doc.exists() and NOTES in (previous := options.doc.read_text()):
-        notes = previous[previous.index(NOTES) :]
+    notes = previous[previous.index(NOTES) :] if NOTES in previous else ""
     options.doc.write_text("\n\n".join(parts + sections) + "\n" + (f"\n{notes}" if notes else ""))
     print(f"wrote {options.doc}")

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from answers import drain, ownership, takeover
+from answers import drain, ownership, process, takeover
 from answers.run import RUNNING
 from chat import generation as generation_module
 from chat import streams
@@ -142,7 +142,7 @@ async def test_a_draining_process_finishes_what_it_can_and_hands_over_the_rest(a
     quick, _ = await running_answer(alice, ["done ", 0.3, "soon"])
     slow, _ = await running_answer(alice, ["a long "], hang=True)
     assert await until(lambda: slow.seq == 1, 10)
-    monkeypatch.setattr(drain, "_draining", False)
+    monkeypatch.setattr(process, "_draining", False)
     await drain.drain(1.5)
     assert drain.draining()
     assert (await Message.objects.aget(pk=quick.message_id)).status == "complete"

@@ -47,8 +47,18 @@ def test_the_rendered_configuration_runs_every_procfile_command_as_written(tmp_p
     }
     with pytest.raises(SystemExit, match="not in the Procfile: proxy"):
         render(tmp_path, Topology(["web", "proxy"]))
-    with pytest.raises(SystemExit, match="TOPOLOGY=cluster"):
-        Topology(["web"], web_processes=2)
+
+
+def test_without_nginx_several_web_processes_share_one_socket_supervisord_keeps(tmp_path):
+    programs = commands_run(tmp_path, Topology(["web"], web_port=9000, web_processes=2))
+    web = ["sh", "-c", "exec " + procfile()["web"]]
+    # The Procfile's own line; WEB_LISTEN_FD makes it accept from descriptor 0 (chatsite.daphne).
+    assert programs == {"web-0": (web, {"WEB_LISTEN_FD": "0"}), "web-1": (web, {"WEB_LISTEN_FD": "0"})}
+    options = ServerOptions()
+    options.realize(args=["-c", str(tmp_path / "supervisord.conf")])
+    [group] = options.process_group_configs
+    assert (group.name, str(group.socket_config)) == ("web", "tcp://127.0.0.1:9000")
+    assert group.socket_config.get_backlog() == 4096
 
 
 def test_behind_nginx_each_web_process_has_a_port_of_its_own_and_trusts_only_this_host(tmp_path):
