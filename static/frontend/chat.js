@@ -2,19 +2,22 @@
 // (connection.js), wired together here. Frames are those of docs/protocol.md.
 import { Connection } from "./connection.js";
 import * as http from "./http.js";
-import { setUpConversationMenu } from "./conversation-menu.js";
-import { setUpDocuments } from "./documents.js";
-import { setUpSettings } from "./settings.js";
-import { setUpShortcuts } from "./shortcuts.js";
-import * as sidebar from "./sidebar.js";
+import { mountConversationMenu } from "./conversation-menu.js";
+import { mountDocuments } from "./documents.js";
+import { mountSettings } from "./settings.js";
+import { mountShortcuts } from "./shortcuts.js";
+import { mountSidebar } from "./sidebar.js";
 import { ChatState } from "./state.js";
 import { ChatView } from "./view.js";
 
-const initial = JSON.parse(document.getElementById("initial-state").textContent);
+// The page's root, which every module below is mounted on, and its initial state (read once, here).
+const root = document.body;
+const initial = JSON.parse(root.querySelector("#initial-state").textContent);
 const limits = initial.limits;
-const form = document.getElementById("composer");
-const prompt = document.getElementById("prompt");
+const form = root.querySelector("#composer");
+const prompt = root.querySelector("#prompt");
 
+const sidebar = mountSidebar(root, initial.conversations || []);
 const state = new ChatState(initial.conversation);
 const view = new ChatView(state, { flip, regenerate, edit, extend });
 const connection = new Connection("/ws/chat/", {
@@ -30,33 +33,33 @@ const connection = new Connection("/ws/chat/", {
     // outbox never left, and goes out after the reconnect.
     if (state.request && !connection.queued(state.request.frame)) {
       view.dropEcho();
-      state.request = null;
+      state.dropRequest();
       view.setBusy();
     }
     view.showStatus("Connection lost; reconnecting…");
   },
   onLoggedOut() { location.assign("/accounts/login/"); },
 });
-const settingsDialog = setUpSettings(limits, {
+const settingsDialog = mountSettings(root, limits, {
   conversation: () => state.conversation,
   hasMessages: () => state.tree.path().length > 0,
   created(conversation) {
     enter(conversation.id, conversation.title);
-    state.conversation.settings = conversation.settings;
+    state.useSettings(conversation.settings);
   },
 });
 
-const conversationMenu = setUpConversationMenu({ conversation: () => state.conversation });
-const documents = setUpDocuments({
+const conversationMenu = mountConversationMenu(root, { conversation: () => state.conversation });
+const documents = mountDocuments(root, {
   conversation: () => state.conversation,
   async ensure() {
     let made = null;
     if (!state.conversation) {
       made = await http.post("/c/new", {});
       enter(made.id, made.title);
-      state.conversation.settings = made.settings;
+      state.useSettings(made.settings);
     }
-    if (!state.conversation.documents) state.conversation.documents = [];
+    state.documents();
     return { conversation: state.conversation, created: Boolean(made) };
   },
   async discard(conversation) {
@@ -66,7 +69,7 @@ const documents = setUpDocuments({
     } catch (error) {
       return; // kept: it can still be used, or deleted from the list
     }
-    state.conversation = null;
+    state.leave();
     history.replaceState(null, "", "/");
     view.showTitle(null);
     sidebar.forget(conversation.id);
@@ -112,7 +115,7 @@ function finish(frame, fields) {
 function begin(frame, parent, content) {
   if (state.busy()) return false;
   if (content != null) view.showEcho(frame, content);
-  state.request = { frame, parent, content };
+  state.ask(frame, parent, content);
   view.followNewest();
   view.showStatus("");
   view.setBusy();
@@ -165,8 +168,7 @@ function handle(frame) {
       const pending = state.started(frame);
       const title = pending && pending.content ? pending.content.replace(/\s+/g, " ").trim().slice(0, 60) : null;
       enter(frame.conversation, title);
-      if (!state.conversation.title && title) {
-        state.conversation.title = title;
+      if (state.nameIfUntitled(title)) {
         view.showTitle(title);
         sidebar.touch(frame.conversation, title);
       }
@@ -195,7 +197,7 @@ function handle(frame) {
       if (refused) {
         view.dropEcho();
         if (refused.frame.type === "chat.send") { prompt.value = refused.content; count(); }
-        state.request = null;
+        state.dropRequest();
         view.setBusy();
       }
       // A spent quota's detail says when it resets; a wait in seconds would read as hours of them.
@@ -210,7 +212,7 @@ function handle(frame) {
 
 form.addEventListener("submit", (event) => { event.preventDefault(); send(); });
 // Near the limit, the composer counts the characters left.
-const counter = document.getElementById("counter");
+const counter = root.querySelector("#counter");
 function count() {
   const length = prompt.value.length;
   counter.hidden = length < limits.content_chars * 0.9;
@@ -221,13 +223,13 @@ prompt.addEventListener("input", count);
 prompt.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); send(); }
 });
-document.getElementById("stop").addEventListener("click", stop);
+root.querySelector("#stop").addEventListener("click", stop);
 document.addEventListener("keydown", (event) => {
   if (event.key === "Escape" && !settingsDialog.isOpen() && !conversationMenu.isOpen()) stop();
 });
-setUpShortcuts({
+mountShortcuts(root, {
   newChat() { location.assign("/"); },
-  focusSearch() { document.getElementById("search").focus(); },
+  focusSearch() { root.querySelector("#search").focus(); },
   copyLast() {
     const last = state.tree.path().filter((m) => m.role === "assistant").pop();
     if (last) navigator.clipboard.writeText(last.content || "").then(() => view.showStatus("Copied the last answer."), () => {});

@@ -3,14 +3,16 @@
 // a link is live.
 import * as http from "./http.js";
 
-const dialog = document.getElementById("conversation-dialog");
-const exportMd = document.getElementById("export-md");
-const exportJson = document.getElementById("export-json");
-const shareUrl = document.getElementById("share-url");
-const shareNote = document.getElementById("share-note");
-
-// `conversation()`: the conversation shown, or null before the first message.
-export function setUpConversationMenu({ conversation }) {
+// Mounts the menu on `root`, which holds its dialog (#conversation-dialog) and its opener
+// (#open-conversation-menu). `conversation()`: the conversation shown, or null before the first
+// message. Returns {open(), isOpen()}.
+export function mountConversationMenu(root, { conversation }) {
+  const find = (selector) => root.querySelector(selector);
+  const dialog = find("#conversation-dialog");
+  const exportMd = find("#export-md");
+  const exportJson = find("#export-json");
+  const shareUrl = find("#share-url");
+  const shareNote = find("#share-note");
   let serial = 0; // a share action after the dialog opened makes its first reading stale
 
   function open() {
@@ -55,19 +57,19 @@ export function setUpConversationMenu({ conversation }) {
     }
   }
 
-  document.getElementById("open-conversation-menu").addEventListener("click", open);
-  document.getElementById("share-create").addEventListener("click", () => act("share", (result) => {
+  find("#open-conversation-menu").addEventListener("click", open);
+  find("#share-create").addEventListener("click", () => act("share", (result) => {
     shareUrl.value = result.url;
     shareUrl.select();
     shareNote.textContent = "Shared: anyone with this link sees this version as it is now, read-only.";
   }));
-  document.getElementById("share-copy").addEventListener("click", () => {
+  find("#share-copy").addEventListener("click", () => {
     if (shareUrl.value) navigator.clipboard.writeText(shareUrl.value).catch(() => shareUrl.select());
   });
-  document.getElementById("share-revoke").addEventListener("click", () => act("unshare", (result) => {
+  find("#share-revoke").addEventListener("click", () => act("unshare", (result) => {
     shareUrl.value = "";
     shareNote.textContent = result.revoked ? "Stopped: its links show nothing any more." : "It was not shared.";
   }));
-  document.getElementById("conversation-close").addEventListener("click", () => dialog.close());
+  find("#conversation-close").addEventListener("click", () => dialog.close());
   return { open, isOpen: () => dialog.open };
 }

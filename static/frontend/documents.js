@@ -3,13 +3,15 @@
 import { iconButton } from "./icons.js";
 import * as http from "./http.js";
 
-const chips = document.getElementById("documents");
-const picker = document.getElementById("attach-file");
+// Mounts the chips on `root`, which holds them (#documents), the paperclip (#attach) and its file
+// picker (#attach-file). `conversation()`: the one shown, or null; `ensure()`: resolves to
+// {conversation, created}, creating it first if needed; `discard(conversation)`: deletes one made for
+// an attachment that failed, so no empty "New chat" is left behind; `say(text)`: a line in the status
+// bar. Returns {show()}.
+export function mountDocuments(root, { conversation, ensure, discard, say }) {
+  const chips = root.querySelector("#documents");
+  const picker = root.querySelector("#attach-file");
 
-// `conversation()`: the one shown, or null; `ensure()`: resolves to {conversation, created}, creating
-// it first if needed; `discard(conversation)`: deletes one made for an attachment that failed, so no
-// empty "New chat" is left behind; `say(text)`: a line in the status bar.
-export function setUpDocuments({ conversation, ensure, discard, say }) {
   function chip(document_) {
     const el = document.createElement("span");
     el.className = "chip";
@@ -56,7 +58,7 @@ export function setUpDocuments({ conversation, ensure, discard, say }) {
     say("");
   }
 
-  document.getElementById("attach").addEventListener("click", () => picker.click());
+  root.querySelector("#attach").addEventListener("click", () => picker.click());
   picker.addEventListener("change", () => {
     const [file] = picker.files;
     picker.value = "";

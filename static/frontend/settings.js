@@ -2,13 +2,15 @@
 // with the server's limits. Saving a new chat's settings creates the conversation first.
 import * as http from "./http.js";
 
-const dialog = document.getElementById("settings-dialog");
-const form = document.getElementById("settings-form");
-const error = document.getElementById("settings-error");
+// Mounts the dialog on `root`, which holds it (#settings-dialog) and its opener (#open-settings);
+// `limits`: the server's bounds, from the initial state. `conversation()`: the conversation shown, or
+// null; `created(conversation)`: a new one exists; `hasMessages()`: whether it has any (its model is
+// then kept). Returns {isOpen()}.
+export function mountSettings(root, limits, { conversation, created, hasMessages }) {
+  const dialog = root.querySelector("#settings-dialog");
+  const form = root.querySelector("#settings-form");
+  const error = root.querySelector("#settings-error");
 
-// `conversation()`: the conversation shown, or null; `created(conversation)`: a new one exists;
-// `hasMessages()`: whether it has any (its model is then kept).
-export function setUpSettings(limits, { conversation, created, hasMessages }) {
   function open() {
     const current = (conversation() && conversation().settings) || {};
     const defaults = limits.defaults;
@@ -53,7 +55,7 @@ export function setUpSettings(limits, { conversation, created, hasMessages }) {
       error.textContent = failure.message;
     }
   });
-  document.getElementById("settings-cancel").addEventListener("click", () => dialog.close());
-  document.getElementById("open-settings").addEventListener("click", open);
+  root.querySelector("#settings-cancel").addEventListener("click", () => dialog.close());
+  root.querySelector("#open-settings").addEventListener("click", open);
   return { isOpen: () => dialog.open };
 }

@@ -1,5 +1,4 @@
 // Keyboard shortcuts, listed in the ⌨ dialog (Ctrl+/ opens it too). Ctrl stands for ⌘ on a Mac.
-const dialog = document.getElementById("shortcuts-dialog");
 
 export const SHORTCUTS = [
   { keys: "Ctrl+Shift+O", what: "New chat", test: (e) => e.shiftKey && e.key.toLowerCase() === "o", action: "newChat" },
@@ -11,8 +10,11 @@ export const SHORTCUTS = [
   { keys: "Enter / Shift+Enter", what: "Send / new line", test: () => false, action: null },
 ];
 
-// `actions`: {newChat, focusSearch, copyLast, regenerateLast}, each a function.
-export function setUpShortcuts(actions) {
+// Mounts the shortcuts on `root`, which holds their dialog (#shortcuts-dialog) and its opener
+// (#open-shortcuts); the keys work on the whole document. `actions`: {newChat, focusSearch, copyLast,
+// regenerateLast}, each a function.
+export function mountShortcuts(root, actions) {
+  const dialog = root.querySelector("#shortcuts-dialog");
   const list = dialog.querySelector("dl");
   for (const shortcut of SHORTCUTS) {
     const key = document.createElement("dt");
@@ -24,8 +26,8 @@ export function setUpShortcuts(actions) {
     list.append(key, what);
   }
   const all = { ...actions, showShortcuts: () => dialog.showModal() };
-  document.getElementById("open-shortcuts").addEventListener("click", () => dialog.showModal());
-  document.getElementById("shortcuts-close").addEventListener("click", () => dialog.close());
+  root.querySelector("#open-shortcuts").addEventListener("click", () => dialog.showModal());
+  root.querySelector("#shortcuts-close").addEventListener("click", () => dialog.close());
   document.addEventListener("keydown", (event) => {
     if (!(event.ctrlKey || event.metaKey) || event.altKey) return;
     const shortcut = SHORTCUTS.find((s) => s.action && s.test(event));

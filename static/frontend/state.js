@@ -25,6 +25,39 @@ export class ChatState {
     return true;
   }
 
+  // The conversation shown is gone (deleted before its first message): none is shown.
+  leave() {
+    this.conversation = null;
+  }
+
+  // The settings the server holds for the conversation shown.
+  useSettings(settings) {
+    this.conversation.settings = settings;
+  }
+
+  // The title of the conversation shown, when it has none yet. Returns whether it was given.
+  nameIfUntitled(title) {
+    if (this.conversation.title || !title) return false;
+    this.conversation.title = title;
+    return true;
+  }
+
+  // The documents attached to the conversation shown (a list, empty before the first).
+  documents() {
+    if (!this.conversation.documents) this.conversation.documents = [];
+    return this.conversation.documents;
+  }
+
+  // A request sent, waiting for chat.started: {frame, parent, content}.
+  ask(frame, parent, content) {
+    this.request = { frame, parent, content };
+  }
+
+  // The request waiting is dropped: refused, or lost with the connection.
+  dropRequest() {
+    this.request = null;
+  }
+
   // chat.started: the question (unless it is a regenerated answer's) and the answer are
   // stored; the answer is the newest message on the path shown. Returns the request answered.
   started(frame) {
