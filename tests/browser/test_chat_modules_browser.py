@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from frontend import services
+from conversations import services
 from tests.conftest import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
