@@ -110,7 +110,9 @@ def test_each_process_comes_back_alone_when_killed(django_db_setup, engine_url, 
     run_dir.mkdir()
     (run_dir / "supervisord.conf").write_text(render(run_dir, Topology(PROCESSES)))
     web_port = free_port()
-    env = product_env(engine_url, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", WEB_PORT=str(web_port))
+    # The bundled Redis, as make run starts it: with a password.
+    redis_url = f"redis://:pw-{web_port}@127.0.0.1:{free_port()}/0"
+    env = product_env(engine_url, REDIS_URL=redis_url, WEB_PORT=str(web_port))
     base = f"http://127.0.0.1:{web_port}"
     log = LOGS / "test-supervisord.log"
     began = time.time()
