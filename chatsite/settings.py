@@ -325,8 +325,9 @@ DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS
 CHAT_FIRST_TOKEN_TIMEOUT = env_float("CHAT_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
 CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
 CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
-# The engine's API key: the launcher gives it to vLLM (VLLM_API_KEY), the router and every engine
-# client send it. Empty: the engine asks none (it listens on this host only, docs/deploy.md).
+# The engine's API key: the launcher gives it to the engine's key guard (enginehost.keyguard);
+# the router and every engine client send it. Empty: the engine asks none (it listens on this host
+# only, docs/deploy.md).
 INFERENCE_API_KEY = env_secret("INFERENCE_API_KEY")
 INFERENCE_BREAKER_FAILURES = env_int("INFERENCE_BREAKER_FAILURES", 5, minimum=1)
 INFERENCE_BREAKER_COOL_DOWN = env_float("INFERENCE_BREAKER_COOL_DOWN", 10.0, minimum=0.1)

@@ -19,9 +19,10 @@ CountTokens = Callable[[Sequence[ChatMessage]], Awaitable[int]]
 
 # Template tokens the chat format adds around each message (role header, end marker).
 _TEMPLATE_OVERHEAD_PER_MESSAGE = 8
-# The most bytes one token covers in the tokenizers the product runs (SmolLM2's longest token is
-# 16 bytes): a history longer than this many bytes a token of room cannot fit, whatever it says.
-MAX_BYTES_PER_TOKEN = 32
+# At least the most bytes one token covers in the tokenizers the product runs (SmolLM2's longest
+# token is 81 bytes, a run of spaces): a history longer than this many bytes a token of room cannot
+# fit, whatever it says.
+MAX_BYTES_PER_TOKEN = 128
 
 
 class PromptTooLong(Exception):
