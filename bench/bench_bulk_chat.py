@@ -44,7 +44,7 @@ from bench.processes import PRODUCTION, engine_config, engine_running, log_file,
 from bench.results import RESULTS, save
 from harness.processes import ROOT
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
-from jobs.ingest import DocumentInput
+from documents.uploads import DocumentInput
 from jobs.summarize import PRESETS, Summarizer
 from redisconn.keys import CHAT_ACTIVE
 

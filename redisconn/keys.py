@@ -76,3 +76,8 @@ def chat_stop_requested(message_id: int) -> str:
 def job_runner_lock(job_id: int) -> str:
     """Held by the one runner working on the job."""
     return f"jobs:runner:{job_id}"
+
+
+def knowledge_indexer(collection_id: int) -> str:
+    """The one indexing run of a collection at a time (knowledge.indexing), refreshed as it works."""
+    return f"knowledge:indexer:{collection_id}"

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from documents.uploads import DocumentInput
 from jobs import services as job_services
-from jobs.ingest import DocumentInput
 from tests.chat_client import answered_turn, long_answer_conversation
 from tests.conftest import log_in
 
