@@ -21,8 +21,10 @@ def test_the_database_has_the_vector_index():
 def test_the_index_finds_what_exact_search_finds():
     owner = get_user_model().objects.create_user("owner", password="pw-owner-123")
     collection = services.collection_create(owner=owner, name="Topics")
-    texts = [f"Note {i}: the {w} committee meets on day {i} to discuss {w} budgets." for i, w in
-             enumerate(["river", "forest", "harbour", "library", "stadium", "museum", "garden", "bridge"] * 25)]  # fmt: skip
+    topics = ["river", "forest", "harbour", "library", "stadium", "museum", "garden", "bridge"] * 25
+    texts = [
+        f"Note {i}: the {w} committee meets on day {i} to discuss {w} budgets." for i, w in enumerate(topics)
+    ]
     services.documents_add(
         collection=collection,
         uploads=[SimpleUploadedFile(f"{i}.txt", t.encode()) for i, t in enumerate(texts)],
