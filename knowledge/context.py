@@ -48,12 +48,23 @@ def block(numbered: Sequence[tuple[int, Passage]]) -> str:
     return "\n".join(parts)
 
 
-def new_passages(found: Sequence[Passage], quoted: dict[int, int]) -> list[tuple[int, Passage]]:
-    """Number the passages of `found` not in `quoted` ({chunk id: number} of the conversation so far),
-    in document order, after the highest number used."""
+def new_passages(
+    found: Sequence[Passage], quoted: dict[int, int], budget: int | None = None
+) -> list[tuple[int, Passage]]:
+    """Number the passages of `found` (best first) not in `quoted` ({chunk id: number} of the conversation
+    so far), in document order, after the highest number used; with a `budget`, the best that fit in
+    that many tokens."""
+    fresh = [p for p in found if p.chunk_id not in quoted]
+    if budget is not None:
+        kept, used = [], 0
+        for passage in fresh:
+            if used + passage.tokens <= budget:
+                kept.append(passage)
+                used += passage.tokens
+        fresh = kept
     next_number = max(quoted.values(), default=0) + 1
     numbered = []
-    for passage in ordered(p for p in found if p.chunk_id not in quoted):
+    for passage in ordered(fresh):
         numbered.append((next_number, passage))
         next_number += 1
     return numbered

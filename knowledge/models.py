@@ -101,3 +101,21 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}:{self.position}"
+
+
+class Quote(models.Model):
+    """A passage a user message's prompt quoted (`new`: in its own block) or cited by number (quoted by
+    an earlier turn of the conversation). The prompt of any later turn is rebuilt from these, so it is
+    the same bytes every time and the prefix cache serves it; a deleted document takes its quotes along."""
+
+    message = models.ForeignKey("frontend.Message", on_delete=models.CASCADE, related_name="+")
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="+")
+    number = models.PositiveIntegerField()
+    new = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["message_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["message", "number"], name="knowledge_quote_once")]
+
+    def __str__(self) -> str:
+        return f"[{self.number}] of {self.message_id}"

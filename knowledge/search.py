@@ -24,6 +24,7 @@ class Passage:
     position: int
     page: int | None
     text: str
+    tokens: int
     score: float
     # Cosine similarity to the question, where the vector search found it.
     similarity: float | None
@@ -82,6 +83,7 @@ def passages(
             position=rows[pk].position,
             page=rows[pk].page,
             text=rows[pk].text,
+            tokens=rows[pk].tokens,
             score=fused[pk],
             similarity=similarity.get(pk),
         )

@@ -5,7 +5,7 @@ from knowledge.search import Passage
 
 
 def passage(chunk: int, document: int, position: int, text: str, name: str = "doc.txt", page=None) -> Passage:
-    return Passage(chunk, document, name, 1, position, page, text, 0.5, 0.5)
+    return Passage(chunk, document, name, 1, position, page, text, len(text.split()), 0.5, 0.5)
 
 
 def test_a_document_that_gives_orders_stays_quoted_data_inside_one_block():
@@ -53,3 +53,9 @@ def test_a_later_turn_quotes_only_new_passages_numbered_on_and_cites_the_old():
 def test_it_names_the_page():
     numbered = context.new_passages([passage(1, 1, 0, "x", page=4)], {})
     assert 'page="4"' in context.block(numbered)
+
+
+def test_a_budget_keeps_the_best_passages_that_fit():
+    found = [passage(1, 1, 5, "a " * 60), passage(2, 1, 1, "b " * 50), passage(3, 1, 2, "c " * 30)]
+    numbered = context.new_passages(found, {}, budget=95)
+    assert [p.chunk_id for _, p in numbered] == [3, 1]
