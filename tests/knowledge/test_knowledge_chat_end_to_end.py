@@ -22,8 +22,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LEAVE = (
     "Annual leave: every employee accrues twenty-five days of paid vacation per calendar year. "
     + (
-        "Unused vacation days carry over until the end of March of the following year, after which they lapse; "
-        "requests for vacation days go to your manager two weeks ahead and the team calendar shows who is away. "
+        "Unused vacation days carry over until the end of March of the following year, after which "
+        "they lapse; requests for vacation days go to your manager two weeks ahead and the team "
+        "calendar shows who is away. "
     )
     * 6
 )
