@@ -15,6 +15,7 @@ from bench.report import (
     binding,
     defaults,
     knee,
+    knowledge,
     machine,
     prefix,
     relay,
@@ -42,6 +43,7 @@ SECTIONS = {
     "router": router,
     "defaults": defaults,
     "binding": binding,
+    "knowledge": knowledge,
 }
 TITLE = "# Benchmarks"
 INTRO = """`make bench` runs the benchmarks in `bench/` and rewrites this page, its charts and the JSON
