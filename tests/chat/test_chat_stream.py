@@ -1,8 +1,4 @@
-"""`POST /chat/stream`: the exact SSE format, auth, errors; events arrive as the engine makes them.
-
-Why one module of about 390 lines: one endpoint, its format, refusals and timing, sharing one
-SSE reader.
-"""
+"""`POST /chat/stream`: the exact SSE format, auth, errors; events arrive as the engine makes them."""
 
 import json
 import time

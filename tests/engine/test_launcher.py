@@ -1,8 +1,4 @@
-"""The inference process launcher: flags from configuration, clear failures.
-
-Why one module of about 410 lines: one command's flags, supervision and failures, sharing the
-child process (FAKE_SERVER) they all run.
-"""
+"""The inference process launcher: flags from configuration, clear failures."""
 
 import os
 import signal

@@ -10,11 +10,7 @@ connects to (egress); the manifests are valid for Kubernetes 1.33.
 
 These tests read the rendered manifests and check them against the code (tests/topology/test_k8s_checkov.py
 scans them and checks their hardening). No cluster or container engine ran here: neither the
-manifests nor deploy/Dockerfile have been applied or built.
-
-Why one module of about 920 lines: the manifests are rendered once (kubectl kustomize) and
-every check reads the same objects; split, each file would render them again.
-"""
+manifests nor deploy/Dockerfile have been applied or built."""
 
 import base64
 import json
