@@ -158,13 +158,13 @@ class EngineConfig:
             env.update(devices)
         elif cpu_host:
             # vLLM's automatic binding keeps a core off the model for its scheduler: on a 2-core
-            # host, half of it. The engine computes on every core instead (14% more tokens/s
-            # through the product at 32 chats here, 17% straight to it: docs/benchmarks.md section 9).
+            # host, half of it. The engine computes on every core instead, which makes more
+            # tokens/s (docs/benchmarks.md, section 9).
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         if not self.enforce_eager and cpu_host:
             # The CPU build cannot load the compiled graph it saved ("'function' object has no
-            # attribute 'finalize_loading'") and compiles again at every start (106-166 s here);
-            # torch's own compile cache, without vLLM's AOT artifact, restarts in 43-46 s.
+            # attribute 'finalize_loading'") and would compile again at every start; torch's own
+            # compile cache, without vLLM's AOT artifact, is reused, so a restart is quick.
             env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         return env
 
