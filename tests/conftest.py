@@ -1,7 +1,11 @@
 """Session-wide real services: the vLLM engine, Redis, and daphne serving the product.
 
 The engine starts once per test session (about 40 s on CPU). Tests that need it
-ask for the `engine_url` or `product_server` fixture."""
+ask for the `engine_url` or `product_server` fixture.
+
+Why one module of over 300 lines: pytest shares fixtures through conftest.py; the session's
+services (engine, Redis, daphne, Celery, the browser) and their isolation checks belong together.
+"""
 
 import functools
 import gc
