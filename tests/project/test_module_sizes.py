@@ -13,9 +13,7 @@ EXCEPTIONS = {
     # Locust runs one file; its three users share its event hooks, counters and answer log.
     "bench/load/locustfile.py": "one locustfile",
     # To be split along their seams once the shared helpers' move to tests/support/ lands (their
-    # imports change there): the manifests' shape, production settings under them, network
-    # policies, probes; the launcher's flags and its supervisor; stops, limits and streams' writes.
-    "tests/topology/test_k8s_manifests.py": "to split",
+    # imports change there): the launcher's flags and its supervisor; stops, limits and streams' writes.
     "tests/engine/test_launcher.py": "to split",
     "tests/chat/test_chat_resilience.py": "to split",
 }
