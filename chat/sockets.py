@@ -4,11 +4,12 @@ Each socket holds one of its user's socket slots in Redis (chat.rates), a lease 
 refreshed, and hears its login's logout and its user's changes (chat.socket_auth). Here one
 task refreshes the leases of all the loop's sockets, a pipeline of commands a round, and one
 subscription (redisconn.subscription) hears the notices for them all and hands each to the sockets
-it names: the loop's sockets share one task and one subscription instead of each holding its own
-(their cost a socket: docs/benchmarks.md, "Memory per connection").
+it names. A task of each socket for its lease and a channel of the channel layer with two groups
+for its notices cost about 9 KiB a socket, two Redis round trips at each handshake and each close,
+and one every 20 s (docs/benchmarks.md, "Memory per connection").
 
-Notices are best effort: one published while Redis is away is not heard, and the socket still
-checks its login before the next frame it acts on.
+Notices are best effort, as the channel layer's groups were: one published while Redis is away is
+not heard, and the socket still checks its login before the next frame it acts on.
 """
 
 import asyncio
