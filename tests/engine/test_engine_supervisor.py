@@ -14,7 +14,8 @@ import httpx
 import pytest
 from django.conf import settings
 
-from enginehost.launcher import EngineConfig, EngineProcess, EngineSupervisor, phase_of
+from enginehost.launcher import EngineConfig, EngineProcess, phase_of
+from enginehost.supervisor import EngineSupervisor
 from harness.processes import free_port
 from harness.waiting import wait_for
 

@@ -19,7 +19,7 @@ from django.http.request import split_domain_port, validate_host
 from django.urls import resolve
 
 from deploy.supervisor import STOP_WAIT, procfile
-from enginehost.launcher import EngineSupervisor
+from enginehost.supervisor import EngineSupervisor
 from harness.processes import ROOT, stop_group
 from harness.waiting import wait_for
 from monitoring import health
