@@ -2,7 +2,7 @@
 
 A chat socket closes when its session expires (chat.socket_auth). The handshake already reads
 the session's row to find its user; keeping that row's `expire_date` spares every socket a second
-read of the same row through the web process's one database thread, a tenth of a handshake's cost.
+read of the same row through the web process's one database thread.
 """
 
 from django.contrib.sessions.backends import db

@@ -91,7 +91,7 @@ async def admit(r: aioredis.Redis, *, user_id: int) -> Lease:
     item = RateLimitItemPerMinute(settings.CHAT_MESSAGES_PER_MINUTE)
     limiter = _rate_limiter()
     if not await limiter.hit(item, keys.CHAT_MESSAGES_LIMIT, str(user_id)):
-        await release(r, lease)
+        await release_slot(r, lease)
         stats = await limiter.get_window_stats(item, keys.CHAT_MESSAGES_LIMIT, str(user_id))
         raise errors.busy("user_rate", max(1.0, stats.reset_time - time.time()))
     return lease
@@ -106,14 +106,14 @@ def refresh_in(pipe: aioredis.client.Pipeline, lease: Lease, *, retake: bool = F
     pipe.zadd(keys.chat_user_generations(lease.user_id), {lease.member: expiry}, xx=not retake)
 
 
-async def release(r: aioredis.Redis, lease: Lease) -> None:
+async def release_slot(r: aioredis.Redis, lease: Lease) -> None:
     async with r.pipeline(transaction=False) as pipe:
-        release_in(pipe, lease)
+        release_slot_in(pipe, lease)
         await pipe.execute()
 
 
-def release_in(pipe: aioredis.client.Pipeline, lease: Lease) -> None:
-    """`release`'s commands, added to a caller's pipeline."""
+def release_slot_in(pipe: aioredis.client.Pipeline, lease: Lease) -> None:
+    """`release_slot`'s commands, added to a caller's pipeline."""
     pipe.zrem(keys.CHAT_ACTIVE, lease.member)
     pipe.zrem(keys.chat_user_generations(lease.user_id), lease.member)
 

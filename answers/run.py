@@ -139,12 +139,12 @@ class AnswerRun:
             if self._stop_reason == "handover":
                 await self.before_handover(r)
             if self._stop_reason != "superseded":  # the slot and the answer are another's now
-                await self.release(r, handover=self._stop_reason == "handover")
+                await self.release_answer(r, handover=self._stop_reason == "handover")
 
-    async def release(self, r: aioredis.Redis, *, handover: bool = False) -> bool:
+    async def release_answer(self, r: aioredis.Redis, *, handover: bool = False) -> bool:
         """Give back the slot and leave the answer (idempotent); False when Redis is away."""
         self._watcher.cancel()
-        return await watcher.release(r, self.owner, self._lease, handover=handover)
+        return await watcher.release_answer(r, self.owner, self._lease, handover=handover)
 
     def elapsed_ms(self) -> float:
         return round((asyncio.get_running_loop().time() - self._started) * 1000, 1)

@@ -1,17 +1,12 @@
 """Taking over the answers whose process died: every web process scans for them, one claims each.
 
-Why the web processes and not a Celery task: an answer is an asyncio task that relays the
-engine's stream into Redis frame by frame, which is what a web process already does with its
-event loop, its engine connections and its frame writer; a Celery worker runs one blocking task
-per slot and is sized for bulk jobs. Every web process scans the registry
-(answers.ownership) every CHAT_TAKEOVER_SCAN_SECONDS; an answer whose heartbeat is older than
-CHAT_TAKEOVER_AFTER_SECONDS is claimed by exactly one of them (a script raises its fencing token),
-and that one takes it over as its kind says: a chat answer is continued (the conversation and the
-partial answer read back from its stream go to the engine with `continue_final_message`, whose
-prefix cache serves both, and the new tokens follow in the same stream from the next position);
-an API answer, whose one reader was a connection to the dead process, is recorded from its last
-heartbeat. With a single web process, the one supervisord starts again after a crash takes over
-its predecessor's answers within seconds of starting.
+Every web process scans the registry (answers.ownership) every CHAT_TAKEOVER_SCAN_SECONDS; an
+answer whose heartbeat is older than CHAT_TAKEOVER_AFTER_SECONDS is claimed by exactly one of them
+(a script raises its fencing token), and that one takes it over as its kind says: a chat answer is
+continued (chat.generation.take_over), an API answer, whose one reader was a connection to the dead
+process, is recorded from its last heartbeat. A scan never claims an answer its own process runs,
+so a lone web process, started again after a crash, takes over its predecessor's answers. Why web
+processes and not a Celery task: docs/resilience.md, "An answer outlives its process".
 """
 
 import asyncio

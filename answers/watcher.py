@@ -139,7 +139,7 @@ async def watch(
         stops.discard(message_id, asked)
 
 
-async def release(
+async def release_answer(
     r: aioredis.Redis, owner: ownership.Claim, lease: admission.Lease | None, *, handover: bool = False
 ) -> bool:
     """Give back the answer's slot and stop request, and leave it: ended, or (`handover`) for
@@ -148,7 +148,7 @@ async def release(
         async with r.pipeline(transaction=False) as pipe:
             pipe.delete(keys.chat_stop_requested(owner.answer))
             if lease is not None:
-                admission.release_in(pipe, lease)
+                admission.release_slot_in(pipe, lease)
             await pipe.execute()
         await ownership.leave(r, owner, handover=handover)
     except RedisError:

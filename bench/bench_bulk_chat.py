@@ -14,11 +14,7 @@ One run, one engine (started here with the product's settings, or --engine-url):
 Chat requests mark themselves in Redis the way the web tier does
 (`chat:generations:active`, a set of leases). Target: chat TTFT in (5) within 1.5x of (1).
 Run: `python -m bench.bench_bulk_chat [--documents N] [--engine-url URL]` (on the product's
-settings and database, bench.setup); prints JSON.
-
-Why one module of about 300 lines: the five phases share one engine, one corpus and one
-chat probe, and are read in order.
-"""
+settings and database, bench.setup); prints JSON."""
 
 import argparse
 import asyncio

@@ -18,13 +18,8 @@ over, another web process claims it (answers.takeover) and continues it: a `Gene
 from the frames already written (`earlier`), which asks the engine to carry on the partial answer
 (`continue_final_message`) and appends to the same stream from the next position. While Redis
 is away the answer goes on: its frames wait in memory (streams.AnswerFrames) and are written
-when Redis is back.
-
-Why one module of over 300 lines: it is the chat's sink of an answer (its request, its frames, its
-end and the wait for frames Redis did not take yet) and the ways in and out of one (start, stop,
-take over, follow, and the check a follower of a quiet stream makes), read top to bottom; the life
-every answer shares is in answers.run, the writing of its frames in chat.streams.
-"""
+when Redis is back. The life every answer shares is in answers.run, the writing of its frames in
+chat.streams."""
 
 import asyncio
 import contextvars
@@ -191,7 +186,7 @@ class Generation(AnswerRun):
 
     async def _close_stream(self, r: aioredis.Redis, frame: dict) -> None:
         # The slot is free before anyone hears the answer ended, so a follow-up is admitted.
-        released = await self.release(r)
+        released = await self.release_answer(r)
         await self.frames.publish(r, self.seq, frame)
         catching_up = self.frames.catching_up
         if catching_up is None:
@@ -204,7 +199,7 @@ class Generation(AnswerRun):
             log.warning("answer %s ended but Redis stayed away: its frames were dropped", self.message_id)
             return
         if not released:
-            await self.release(r)
+            await self.release_answer(r)
 
 
 async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineClient) -> Generation | None:
@@ -216,7 +211,9 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
     written = await streams.written(r, message_id)
     lease = admission.Lease(user_id=claim.user_id, member=claim.lease) if claim.lease else None
     if turn is None or (written and written[-1]["type"] in protocol.TERMINAL):
-        await watcher.release(r, claim, lease)  # it ended: its row was stored before its end was written
+        await watcher.release_answer(
+            r, claim, lease
+        )  # it ended: its row was stored before its end was written
         return None
     if written is None:
         log.warning("answer %s: its stream is gone; it cannot be continued", message_id)
@@ -227,7 +224,7 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
             error_code="interrupted",
             note=ABANDONED,
         )
-        await watcher.release(r, claim, lease)
+        await watcher.release_answer(r, claim, lease)
         return None
     if lease is not None:
         async with r.pipeline(transaction=False) as pipe:
@@ -314,7 +311,7 @@ async def answer_start(
             start_turn, user=user, still_allowed=still_allowed, **arguments
         )
     except BaseException:
-        await admission.release(r, lease)
+        await admission.release_slot(r, lease)
         raise
     metrics.turn_stored(time.perf_counter() - storing)
     # Opened before anyone follows it: a leftover stream under a reused id is replaced first.

@@ -1,9 +1,8 @@
-"""Project configuration. Every value that varies by deployment comes from the
-environment through chatsite.env; docs/configuration.md lists them all.
-
-Why one module of about 450 lines: Django reads one settings module, and a test checks it
-against docs/configuration.md; it is grouped by part (store, Redis, engine, chat, jobs,
-monitoring, security) in the order of that document."""
+"""Project configuration. Every value that varies by deployment comes from the environment
+through chatsite.env; docs/configuration.md lists each variable in the order of the groups
+below (Django, logging, the store, Redis, the engine, the chat, the API, the first accounts, bulk
+jobs, monitoring, Celery's schedule, security). A value's own range is checked as it is read;
+rules across several settings are system checks (chatsite/checks.py and each app's checks.py)."""
 
 import ipaddress
 from pathlib import Path
@@ -23,6 +22,7 @@ from chatsite.env import (
     web_drain_seconds,
 )
 
+# Django.
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var")))
 
@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "accounts",
     "usage",
     "audit",
+    "chatsite",
 ]
 
 MIDDLEWARE = [
@@ -99,7 +100,42 @@ TEMPLATES = [
     },
 ]
 
-# SQLite under DATA_DIR unless DATABASE_URL names another database.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+WHITENOISE_USE_FINDERS = DEBUG
+
+# Logging: request, conversation and message ids on every record (logcontext/).
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOG_FORMAT = env_choice("LOG_FORMAT", "plain", {"plain", "json"})
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"log_ids": {"()": "logcontext.ContextFilter"}},
+    "formatters": {
+        "plain": {"()": "logcontext.PlainFormatter"},
+        "json": {"()": "logcontext.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["log_ids"]}
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"httpx": {"level": "WARNING"}},
+}
+
+# The conversation store: SQLite under DATA_DIR unless DATABASE_URL names another database.
 DATABASES = {
     "default": dj_database_url.parse(
         env_secret("DATABASE_URL", f"sqlite:///{DATA_DIR / 'db.sqlite3'}"), conn_max_age=0
@@ -124,18 +160,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
 if PROCESS_ROLE == "web":
     # Under ASGI each ORM call runs through sync_to_async and Django closes its connection after
-    # it, so every call opened a new one.
+    # it, so every call would open a new one.
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-        # Kept open: opening one (the file, the WAL and synchronous pragmas) cost about 1 ms,
-        # three times an answer, in the one thread that runs the chat's database calls, where a
-        # burst of messages queues (`chat_turn_store_seconds`). An HTTP request's calls run in a
-        # thread of their own that ends with it, and its connection with the thread.
+        # Kept open: opening one (the file, the WAL and synchronous pragmas) would run several
+        # times an answer in the one thread that runs the chat's database calls, where a burst of
+        # messages queues (`chat_turn_store_seconds`). An HTTP request's calls run in a thread of
+        # their own that ends with it, and its connection with the thread.
         DATABASES["default"]["CONN_MAX_AGE"] = None
     elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
-        # From a pool (4.4 ms a connection without one, docs/benchmarks.md). Django's pool
-        # (psycopg_pool) hands a connection back instead and checks it before lending it again,
-        # so connections the server dropped (a restart, a failover) are replaced, not used. Only
-        # in the web process: the Celery workers fork, and a pool must not be shared across a fork.
+        # From a pool, which saves a connection's set-up on every call. Django's pool (psycopg_pool)
+        # checks a connection before lending it again, so connections the server dropped (a
+        # restart, a failover) are replaced, not used. Only in the web process: the Celery workers
+        # fork, and a pool must not be shared across a fork.
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": DATABASE_POOL_SIZE,
@@ -145,8 +181,9 @@ if PROCESS_ROLE == "web":
         DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Without REDIS_URL, `make run` starts the bundled Redis (manage.py runredis) on this address, with
-# the password kept in the data folder (made on first use, readable by its owner only).
+# Redis, and Celery's broker on it. Without REDIS_URL, `make run` starts the bundled Redis
+# (manage.py runredis) on this address, with the password kept in the data folder (made on first
+# use, readable by its owner only).
 REDIS_URL = env_secret("REDIS_URL") or (
     f"redis://:{private_secret(DATA_DIR / 'redis-password')}@127.0.0.1:6380/0"
 )
@@ -155,24 +192,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
-]
-LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/"
-LOGOUT_REDIRECT_URL = "/accounts/login/"
-
-LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
-USE_I18N = True
-USE_TZ = True
-
-STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "static"
-WHITENOISE_USE_FINDERS = DEBUG
-
-# The engine (inference/). The launcher turns these into vLLM's flags; the web tier
+# The engine (inference/, enginehost/). The launcher turns these into vLLM's flags; the web tier
 # reads INFERENCE_URL, the served model name and the context length.
 INFERENCE_URL = env_str("INFERENCE_URL", "http://127.0.0.1:8100")
 INFERENCE_MODEL = env_str("INFERENCE_MODEL", str(DATA_DIR / "models" / "SmolLM2-135M-Instruct"))
@@ -191,22 +211,18 @@ INFERENCE_KV_CACHE_SPACE_GB = env_int("INFERENCE_KV_CACHE_SPACE_GB", 2, minimum=
 INFERENCE_GPU_MEMORY_UTILIZATION = env_float(
     "INFERENCE_GPU_MEMORY_UTILIZATION", 0.9, minimum=0.05, maximum=1.0
 )
-# Graph capture speeds up decoding on a GPU, and compiling (torch.compile) on CPU: on one 2-core
-# host it made 1.4-1.6x the tokens/s and bulk documents/min of the same engine eager, on another no
-# difference beyond the noise, never less (docs/benchmarks.md, section 8's reading). It costs a
-# first start of about 2 minutes on CPU; later starts reuse torch's compile cache (the launcher).
+# Graph capture speeds up decoding on a GPU, and compiling (torch.compile) on CPU, at the cost of a
+# longer first start; later starts reuse torch's compile cache (the launcher).
 INFERENCE_ENFORCE_EAGER = env_bool("INFERENCE_ENFORCE_EAGER", False)
 # GPUs one engine spreads the model over (vLLM's --tensor-parallel-size).
 INFERENCE_TENSOR_PARALLEL_SIZE = env_int("INFERENCE_TENSOR_PARALLEL_SIZE", 1, minimum=1)
 INFERENCE_PREFIX_CACHING = env_bool("INFERENCE_PREFIX_CACHING", True)
 INFERENCE_EXTRA_ARGS = env_str("INFERENCE_EXTRA_ARGS", "")
-# The engine processes' niceness (0-19), which its workers inherit. A nicer engine lets the web
-# tier's bursts of Python work run before the engine's threads where they share cores; on the
-# 2-core host of docs/benchmarks.md that was inside the run-to-run noise (section 1's reading), so
-# the engine runs at the product's own niceness unless an operator chooses otherwise.
+# The engine processes' niceness (0-19), which its workers inherit: above 0, the web tier's bursts
+# of Python work run before the engine's threads where they share cores.
 INFERENCE_NICE = env_int("INFERENCE_NICE", 0, minimum=0, maximum=19)
 # Speculative decoding: "off" or "ngram" (vLLM's prompt lookup: drafts copied from the prompt,
-# checked by the model in one step; no draft model). bench/bench_speculative.py, docs/benchmarks.md.
+# checked by the model in one step; no draft model).
 INFERENCE_SPECULATIVE = env_choice("INFERENCE_SPECULATIVE", "off", {"off", "ngram"})
 INFERENCE_SPECULATIVE_TOKENS = env_int("INFERENCE_SPECULATIVE_TOKENS", 4, minimum=1, maximum=16)
 # Speculate only while at most this many sequences run; 0: at every batch size.
@@ -215,7 +231,8 @@ INFERENCE_STARTUP_TIMEOUT = env_float("INFERENCE_STARTUP_TIMEOUT", 600.0, minimu
 # Several engines on one host (`make run INFERENCE_REPLICAS=2`): vLLM's router (`runrouter`) answers
 # at INFERENCE_URL and replica i (`runinference` with INFERENCE_REPLICA=i) at INFERENCE_URL's port + 1 + i.
 INFERENCE_REPLICAS = env_int("INFERENCE_REPLICAS", 1, minimum=1, maximum=64)
-# One engine alone is no replica: it serves at INFERENCE_URL itself.
+# One engine alone is no replica: it serves at INFERENCE_URL itself. Bounded as it is read, since
+# runinference starts without Django's system checks.
 INFERENCE_REPLICA = env_int(
     "INFERENCE_REPLICA", -1, minimum=-1, maximum=INFERENCE_REPLICAS - 1 if INFERENCE_REPLICAS > 1 else -1
 )
@@ -228,8 +245,16 @@ INFERENCE_ROUTER_POLICY = env_choice(
 INFERENCE_ROUTER_METRICS_PORT = env_int("INFERENCE_ROUTER_METRICS_PORT", 29000, minimum=1, maximum=65535)
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 INFERENCE_TOKEN_TIMEOUT = env_float("INFERENCE_TOKEN_TIMEOUT", 60.0, minimum=0.1)
+# The engine's API key: the launcher gives it to the engine's key guard (enginehost.keyguard);
+# the router and every engine client send it. Empty: the engine asks none (it listens on this host
+# only, docs/deploy.md).
+INFERENCE_API_KEY = env_secret("INFERENCE_API_KEY")
+# The circuit breaker in front of the engine (inference.breaker).
+INFERENCE_BREAKER_FAILURES = env_int("INFERENCE_BREAKER_FAILURES", 5, minimum=1)
+INFERENCE_BREAKER_COOL_DOWN = env_float("INFERENCE_BREAKER_COOL_DOWN", 10.0, minimum=0.1)
 
-# Chat behaviour.
+# The chat (chat/, answers/, conversations/).
+# What an answer is asked for.
 CHAT_SYSTEM_PROMPT = env_str("CHAT_SYSTEM_PROMPT", "You are a helpful assistant.")
 CHAT_MAX_TOKENS = env_int("CHAT_MAX_TOKENS", 512, minimum=1)
 CHAT_TEMPERATURE = env_float("CHAT_TEMPERATURE", 0.7, minimum=0.0, maximum=2.0)
@@ -237,8 +262,56 @@ CHAT_PRIORITY = env_int("CHAT_PRIORITY", 0)
 CHAT_MAX_CONTENT_CHARS = env_int("CHAT_MAX_CONTENT_CHARS", 16000, minimum=1)
 # Per-user prefix-cache salt: one user's cached history never serves another's.
 CHAT_CACHE_SALT_PER_USER = env_bool("CHAT_CACHE_SALT_PER_USER", True)
+# What a conversation's settings may ask for, and the store API's page.
+# Upper bound of a conversation's "max answer length" setting, in tokens.
+CHAT_MAX_TOKENS_LIMIT = env_int("CHAT_MAX_TOKENS_LIMIT", 2048, minimum=1)
+CHAT_SYSTEM_PROMPT_MAX_CHARS = env_int("CHAT_SYSTEM_PROMPT_MAX_CHARS", 4000, minimum=1)
+# Conversations per page of /api/conversations/ unless ?page_size= asks for fewer or more (up to 100).
+CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
+# An answer's deadlines.
+CHAT_FIRST_TOKEN_TIMEOUT = env_float("CHAT_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
+CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
+CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
+# Bounded admission: past these a chat gets `busy` with a retry-after instead of a queue slot.
+CHAT_MAX_ACTIVE_PER_USER = env_int("CHAT_MAX_ACTIVE_PER_USER", 3, minimum=1)
+# The site's answers at once follow the engine's batch: more would queue inside the engine, where
+# time to first token grows and nothing is gained (docs/benchmarks.md, "The knee").
+CHAT_MAX_ACTIVE_TOTAL = env_int("CHAT_MAX_ACTIVE_TOTAL", INFERENCE_MAX_NUM_SEQS, minimum=1)
+CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 20, minimum=1)
+CHAT_SOCKET_FRAMES_PER_MINUTE = env_int("CHAT_SOCKET_FRAMES_PER_MINUTE", 120, minimum=1)
+CHAT_MAX_SOCKETS_PER_USER = env_int("CHAT_MAX_SOCKETS_PER_USER", 20, minimum=1)
+CHAT_CONVERSATION_CHANGES_PER_MINUTE = env_int("CHAT_CONVERSATION_CHANGES_PER_MINUTE", 30, minimum=1)
+CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
+# Attachments read at once (each in a child process of the web process, documents/).
+CHAT_DOCUMENT_READS_PER_USER = env_int("CHAT_DOCUMENT_READS_PER_USER", 1, minimum=1)
+CHAT_DOCUMENT_READS_PER_PROCESS = env_int("CHAT_DOCUMENT_READS_PER_PROCESS", 2, minimum=1)
+# Answers outlive their process (answers/): a running answer refreshes its slot and heartbeat every
+# CHAT_HEARTBEAT_SECONDS; another web process continues an answer whose heartbeat is
+# CHAT_TAKEOVER_AFTER_SECONDS old, looking every CHAT_TAKEOVER_SCAN_SECONDS; a web process told to
+# stop lets its answers finish for WEB_DRAIN_SECONDS, then hands them over; the sweeper ends an
+# answer no process has owned for CHAT_STALE_AFTER_SECONDS.
+CHAT_LEASE_SECONDS = env_float("CHAT_LEASE_SECONDS", 60.0, minimum=5.0)
+CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 2.0, minimum=0.2)
+CHAT_TAKEOVER_AFTER_SECONDS = env_float("CHAT_TAKEOVER_AFTER_SECONDS", 6.0, minimum=0.5)
+CHAT_TAKEOVER_SCAN_SECONDS = env_float("CHAT_TAKEOVER_SCAN_SECONDS", 1.0, minimum=0.1)
+WEB_DRAIN_SECONDS = web_drain_seconds()
+CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
+# An answer's frames in Redis (chat/streams.py).
+CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
+CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)
+CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=0.1)
+
+# The web process's bound on waiting work (httpkit.pending): past WEB_MAX_PENDING handshakes and
+# requests taken and not yet answered, the next is refused at once with `busy` (reason
+# `web_pending`), a retry-after drawn from WEB_PENDING_RETRY_AFTER, and nothing read. 0: no bound.
+WEB_MAX_PENDING = env_int("WEB_MAX_PENDING", 64, minimum=0)
+WEB_PENDING_RETRY_AFTER = (2.0, 8.0)
+
+# The OpenAI-compatible API (openai_api/), its keys (apitokens/) and token quotas (usage/).
 # Largest body of an OpenAI-API request: a whole conversation, sent on every turn.
 API_MAX_REQUEST_BYTES = env_int("API_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+# Live API keys one user may hold (a session alone may make them).
+API_KEYS_MAX_PER_USER = env_int("API_KEYS_MAX_PER_USER", 20, minimum=1)
 # Daily token quota (prompt + completion, UTC days) of users with none of their own or their groups'; 0: none.
 USAGE_DAILY_TOKENS = env_int("USAGE_DAILY_TOKENS", 0, minimum=0)
 
@@ -251,40 +324,6 @@ DEMO_USERNAME = env_str("DEMO_USERNAME", "demo")
 DEMO_PASSWORD = env_secret("DEMO_PASSWORD", DEFAULT_PASSWORDS[0] if DEBUG else "")
 STAFF_USERNAME = env_str("STAFF_USERNAME", "admin")
 STAFF_PASSWORD = env_secret("STAFF_PASSWORD", DEFAULT_PASSWORDS[1] if DEBUG else "")
-
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}},
-}
-
-# Chat experience (chat/, conversations/).
-# Upper bound of a conversation's "max answer length" setting, in tokens.
-CHAT_MAX_TOKENS_LIMIT = env_int("CHAT_MAX_TOKENS_LIMIT", 2048, minimum=1)
-CHAT_SYSTEM_PROMPT_MAX_CHARS = env_int("CHAT_SYSTEM_PROMPT_MAX_CHARS", 4000, minimum=1)
-# Conversations per page of /api/conversations/ unless ?page_size= asks for fewer or more (up to 100).
-CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
-
-# Monitoring (monitoring/).
-# Read by prometheus_client itself at import; set it before the process starts to
-# aggregate the metrics of several processes (docs/monitoring.md).
-PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
-# When set, /metrics asks for `Authorization: Bearer <token>`.
-MONITORING_METRICS_TOKEN = env_secret("MONITORING_METRICS_TOKEN")
-# Live API keys one user may hold (a session alone may make them).
-API_KEYS_MAX_PER_USER = env_int("API_KEYS_MAX_PER_USER", 20, minimum=1)
-MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
-MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
-LOG_FORMAT = env_str("LOG_FORMAT", "plain")
-LOGGING["filters"] = {"log_ids": {"()": "logcontext.ContextFilter"}}
-LOGGING["formatters"] = {
-    "plain": {"()": "logcontext.PlainFormatter"},
-    "json": {"()": "logcontext.JsonFormatter"},
-}
-LOGGING["handlers"]["console"].update(formatter=LOG_FORMAT, filters=["log_ids"])
 
 # Bulk summarization jobs (jobs/).
 # Engine priority of bulk requests; chat uses CHAT_PRIORITY and lower numbers run first.
@@ -322,60 +361,18 @@ BULK_PDF_TIMEOUT = env_float("BULK_PDF_TIMEOUT", 30.0, minimum=1.0)
 BULK_PDF_CPU_SECONDS = env_int("BULK_PDF_CPU_SECONDS", 20, minimum=1)
 DATA_UPLOAD_MAX_NUMBER_FILES = BULK_MAX_DOCUMENTS
 
-# Resilience: timeouts, circuit breaker, admission control, resumable streams (chat/, inference/).
-CHAT_FIRST_TOKEN_TIMEOUT = env_float("CHAT_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
-CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
-CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
-# The engine's API key: the launcher gives it to the engine's key guard (enginehost.keyguard);
-# the router and every engine client send it. Empty: the engine asks none (it listens on this host
-# only, docs/deploy.md).
-INFERENCE_API_KEY = env_secret("INFERENCE_API_KEY")
-INFERENCE_BREAKER_FAILURES = env_int("INFERENCE_BREAKER_FAILURES", 5, minimum=1)
-INFERENCE_BREAKER_COOL_DOWN = env_float("INFERENCE_BREAKER_COOL_DOWN", 10.0, minimum=0.1)
-# Bounded admission: past these a chat gets `busy` with a retry-after instead of a queue slot.
-CHAT_MAX_ACTIVE_PER_USER = env_int("CHAT_MAX_ACTIVE_PER_USER", 3, minimum=1)
-# The site's answers at once follow the engine's batch: more would queue inside the engine, where
-# time to first token grows and nothing is gained; one web process on a 2-core host streams about 150
-# at once within +50 ms of the engine's pace (113 at +24 ms, 256 at +310 ms; docs/benchmarks.md, "The
-# knee").
-CHAT_MAX_ACTIVE_TOTAL = env_int("CHAT_MAX_ACTIVE_TOTAL", INFERENCE_MAX_NUM_SEQS, minimum=1)
-CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 20, minimum=1)
-CHAT_SOCKET_FRAMES_PER_MINUTE = env_int("CHAT_SOCKET_FRAMES_PER_MINUTE", 120, minimum=1)
-CHAT_MAX_SOCKETS_PER_USER = env_int("CHAT_MAX_SOCKETS_PER_USER", 20, minimum=1)
-CHAT_CONVERSATION_CHANGES_PER_MINUTE = env_int("CHAT_CONVERSATION_CHANGES_PER_MINUTE", 30, minimum=1)
-CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
-# A web process's handshakes and requests taken and not yet answered (httpkit.pending): past this
-# many, the next is refused at once with `busy` (reason `web_pending`), a retry-after drawn from
-# WEB_PENDING_RETRY_AFTER, and nothing read. 0: no bound.
-WEB_MAX_PENDING = env_int("WEB_MAX_PENDING", 64, minimum=0)
-WEB_PENDING_RETRY_AFTER = (2.0, 8.0)
-# Attachments read at once (each in a child process of the web process, documents/).
-CHAT_DOCUMENT_READS_PER_USER = env_int("CHAT_DOCUMENT_READS_PER_USER", 1, minimum=1)
-CHAT_DOCUMENT_READS_PER_PROCESS = env_int("CHAT_DOCUMENT_READS_PER_PROCESS", 2, minimum=1)
-CHAT_LEASE_SECONDS = env_float("CHAT_LEASE_SECONDS", 60.0, minimum=5.0)
-CHAT_HEARTBEAT_SECONDS = env_float("CHAT_HEARTBEAT_SECONDS", 2.0, minimum=0.2)
-# Answers outlive their process (answers/): another web process continues an answer whose heartbeat
-# is this old, looking every CHAT_TAKEOVER_SCAN_SECONDS; a web process told to stop lets its answers
-# finish for WEB_DRAIN_SECONDS, then hands them over.
-CHAT_TAKEOVER_AFTER_SECONDS = env_float("CHAT_TAKEOVER_AFTER_SECONDS", 6.0, minimum=0.5)
-if CHAT_TAKEOVER_AFTER_SECONDS < 2 * CHAT_HEARTBEAT_SECONDS:
-    raise ImproperlyConfigured(
-        f"CHAT_TAKEOVER_AFTER_SECONDS={CHAT_TAKEOVER_AFTER_SECONDS:g} must be at least twice "
-        f"CHAT_HEARTBEAT_SECONDS={CHAT_HEARTBEAT_SECONDS:g}: one late beat must not hand a live answer over"
-    )
-CHAT_TAKEOVER_SCAN_SECONDS = env_float("CHAT_TAKEOVER_SCAN_SECONDS", 1.0, minimum=0.1)
-WEB_DRAIN_SECONDS = web_drain_seconds()
-CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
-CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
-CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)
-if CHAT_STREAM_TTL_SECONDS <= CHAT_TOTAL_TIMEOUT:
-    raise ImproperlyConfigured(
-        f"CHAT_STREAM_TTL_SECONDS={CHAT_STREAM_TTL_SECONDS} must exceed "
-        f"CHAT_TOTAL_TIMEOUT={CHAT_TOTAL_TIMEOUT:g}: a stream must outlive the longest answer"
-    )
-CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=0.1)
+# Monitoring (monitoring/).
+# Read by prometheus_client itself at import; set it before the process starts to
+# aggregate the metrics of several processes (docs/monitoring.md).
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+# When set, /metrics asks for `Authorization: Bearer <token>`.
+MONITORING_METRICS_TOKEN = env_secret("MONITORING_METRICS_TOKEN")
+MONITORING_WINDOW_SECONDS = env_float("MONITORING_WINDOW_SECONDS", 60.0, minimum=1.0)
+MONITORING_REFRESH_SECONDS = env_float("MONITORING_REFRESH_SECONDS", 2.0, minimum=0.2)
 # The dashboard's history: a point every this many seconds (monitoring.history).
 MONITORING_HISTORY_SAMPLE_SECONDS = 10.0
+
+# Celery beat's periodic tasks: the chat's stale-answer sweep and the dashboard's history.
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-answers": {
         "task": "chat.tasks.sweep_stale_answers",
@@ -391,7 +388,8 @@ CELERY_BEAT_SCHEDULE = {
 # Security (production mode, cookies, CSP, login throttling).
 # docs/security.md explains each choice. Production mode is DEBUG off: it refuses to start
 # without a real secret key and an explicit host list, and turns on TLS-only cookies, HSTS
-# and the HTTPS redirect unless the environment says otherwise.
+# and the HTTPS redirect unless the environment says otherwise. The refusals are here, not in
+# system checks, so every process meets them: daphne and the Celery workers run no checks.
 if not DEBUG:
     if SECRET_KEY == _DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured(
@@ -419,9 +417,7 @@ if not DEBUG:
 # chat's script to send X-CSRFToken, so it cannot be HttpOnly (it guards nothing by being secret).
 SESSION_ENGINE = "accounts.sessions"  # Django's database sessions, keeping the expiry they read
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SAMESITE = env_str("SESSION_COOKIE_SAMESITE", "Lax")
-if SESSION_COOKIE_SAMESITE not in ("Lax", "Strict"):
-    raise ImproperlyConfigured(f"SESSION_COOKIE_SAMESITE={SESSION_COOKIE_SAMESITE!r}: expected Lax or Strict")
+SESSION_COOKIE_SAMESITE = env_choice("SESSION_COOKIE_SAMESITE", "Lax", {"Lax", "Strict"})
 CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE
 SECURE_COOKIES = env_bool("SECURE_COOKIES", not DEBUG)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_COOKIES

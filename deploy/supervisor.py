@@ -1,14 +1,14 @@
 """The Procfile's processes under supervisord: what `make run` starts.
 
-Why supervisord: honcho (and foreman) stop every process when one exits, so one killed engine
-took the site down. supervisord restarts each process on its own when it dies, logs why, and
-stops them all on Ctrl-C. The Procfile stays the one list of commands (the Kubernetes manifests
-and docs follow it too); this renders it as a supervisord configuration:
+supervisord restarts each process on its own when it dies, logs why, and stops them all on
+Ctrl-C (honcho and foreman stop every process when one exits, so one killed engine would take the
+site down). The Procfile is the one list of commands (the Kubernetes manifests and docs follow
+it too); this renders it as a supervisord configuration:
 
     WEB_PORT=8000 WEB_PROCESSES=1 python -m deploy.supervisor RUN_DIR web inference worker ...
 
 writes RUN_DIR/supervisord.conf (and RUN_DIR/nginx.conf when `nginx` is named). Each command runs
-through `sh -c 'exec …'`, as honcho ran it, so the Procfile's `${VAR:-default}` keeps working and
+through `sh -c 'exec …'`, as a Procfile runner runs it, so the Procfile's `${VAR:-default}` works and
 the process supervisord signals is the program itself.
 
 With `nginx`, the site is nginx on WEB_PORT in front of WEB_PROCESSES daphne processes on the

@@ -6,11 +6,7 @@ zip's member count and uncompressed sizes from its directory, and every read is
 bounded again in case a header lies. A problem with the whole upload raises
 `UploadRejected`; a problem with one document (empty, binary, unsupported) becomes
 that document's error and the others go on. HTML and PDF files are kept as bytes and
-read by the worker in a bounded child process (documents/), never in the web process.
-
-Why one module of about 300 lines: every format goes through the same bounded reads and the
-same limits, which are the security-relevant part; splitting by format would spread them.
-"""
+read by the worker in a bounded child process (documents/), never in the web process."""
 
 import csv
 import io

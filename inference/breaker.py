@@ -1,6 +1,6 @@
 """A circuit breaker around the engine client.
 
-After CHAT_BREAKER_FAILURES consecutive engine failures the circuit opens: calls
+After INFERENCE_BREAKER_FAILURES consecutive engine failures the circuit opens: calls
 fail at once with `engine_unavailable` and a retry-after. After the cool-down
 exactly one probe request goes through; its success closes the circuit, its
 failure opens it again.

@@ -7,19 +7,13 @@ that closes the HTTP stream, and vLLM aborts the request when its client goes aw
 `EngineProbe` is the interface of those that watch the engine instead (its health, its
 replicas, their metrics and load): inference.topology reads them.
 
-`OpenAIEngineClient` talks to vLLM's OpenAI-compatible server over httpx. Unit tests may
-substitute another implementation to inject faults.
-
-The chat stream goes through aiohttp, read by `ChunkReader`, rather than the openai SDK
-over httpx: the SDK builds pydantic models for every chunk (a quarter of the web tier's CPU
-per relayed token, bench.bench_relay), and httpx parses HTTP in Python, chunk by chunk
-(a tenth), where aiohttp's parser is compiled. The reader parses each server-sent event with
-orjson, and the deltas of everything aiohttp has buffered when it is read become one
-`TextDelta`: an engine ahead of its reader costs one frame downstream per read, not per token.
-
-Why one module of about 380 lines: the interfaces and their one implementation are read together,
-what a request and its events carry beside how they go on the wire and how its failures are named.
-"""
+`OpenAIEngineClient` talks to vLLM's OpenAI-compatible server: the chat stream over aiohttp,
+whose HTTP parser is compiled, read by `ChunkReader`, which parses each server-sent event with
+orjson and makes the deltas of everything aiohttp has buffered one `TextDelta` (an engine ahead of
+its reader costs one frame downstream per read, not per token); the short calls (token counts,
+tokenize, detokenize) over httpx. The openai SDK is not used: it builds a pydantic model for every
+chunk (its cost per relayed token is in docs/benchmarks.md). Unit tests may substitute another
+implementation to inject faults."""
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field

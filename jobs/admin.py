@@ -6,11 +6,7 @@ the page and for the JSON a static script polls (progress.json), and that script
 text in place. Document and model text is only ever rendered through autoescaping templates and
 format_html, never marked safe, and set with textContent in the browser.
 
-A job is not edited: its page has no Save buttons, and a form posted to it is refused.
-
-Why one module of about 360 lines: Django finds a model's admin, its actions and its extra
-views in one ModelAdmin; the views are small and each calls a service.
-"""
+A job is not edited: its page has no Save buttons, and a form posted to it is refused."""
 
 from django.conf import settings
 from django.contrib import admin, messages

@@ -7,12 +7,8 @@ every task well inside its time limits. The database calls go through Channels'
 `database_sync_to_async`, which closes a connection that is broken or past its age
 before and after each call, as Django does around a request: a connection the database
 dropped (a restart, a failover) is replaced, not reused. The engine is reached through
-inference.engine only.
-
-Why one module of about 300 lines: the run loop, a document's processing and the run's lock
-share one job's state; the document actions are in jobs.claims, load shaping in
-jobs.shaping, map-reduce summarizing in jobs.summarize.
-"""
+inference.engine only. A document's actions are in jobs.claims, load shaping in jobs.shaping,
+map-reduce summarizing in jobs.summarize."""
 
 import asyncio
 import logging

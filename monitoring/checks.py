@@ -9,10 +9,6 @@ from django.core.checks import Error, Warning, register
 @register()
 def check_monitoring(app_configs, **kwargs) -> list[Error]:
     errors = []
-    if settings.LOG_FORMAT not in settings.LOGGING["formatters"]:
-        errors.append(
-            Error(f"LOG_FORMAT={settings.LOG_FORMAT!r}: expected 'plain' or 'json'", id="monitoring.E001")
-        )
     directory = settings.PROMETHEUS_MULTIPROC_DIR
     if directory and not Path(directory).is_dir():
         errors.append(

@@ -165,7 +165,9 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
     with it, so it is recorded, not continued, and its slot given back."""
     record = await ownership.record(r, claim)
     await database_sync_to_async(abandoned_record)(claim, record)
-    await watcher.release(r, claim, admission.Lease(claim.user_id, claim.lease) if claim.lease else None)
+    await watcher.release_answer(
+        r, claim, admission.Lease(claim.user_id, claim.lease) if claim.lease else None
+    )
     log.info("API answer %s of a process that stopped: recorded", claim.answer)
 
 

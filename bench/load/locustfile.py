@@ -4,11 +4,7 @@ and programs on `/v1/chat/completions` (docs/benchmarks.md, "Capacity: users on 
 Run by `bench.load.run`, which starts the product, makes the users' sessions and keys up front (the
 login throttle is not what is measured) and hands them over in the plan file `LOAD_PLAN`; every answer
 that ends is appended to `LOAD_ANSWERS` for the end-of-run check against the store. The model's
-parameters come from the environment (`bench.load.model`). No Django here: locust's gevent runs it.
-
-Why one module of about 510 lines: locust loads one file of user classes, and the three kinds of
-user share the chat's frames, the answer check and the plan they read.
-"""
+parameters come from the environment (`bench.load.model`). No Django here: locust's gevent runs it."""
 
 import itertools
 import json

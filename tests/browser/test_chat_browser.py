@@ -1,8 +1,4 @@
-"""The chat UI in a real browser (Debian's Chromium), against daphne and the real engine.
-
-Why one module of about 410 lines: one browser and one engine serve every test here, and the
-page's flows (send, stop, resume, branches, settings) share the page helpers below.
-"""
+"""The chat UI in a real browser (Debian's Chromium), against daphne and the real engine."""
 
 import os
 import time

@@ -3,11 +3,7 @@ nginx: a web process killed (SIGKILL) or restarted (SIGTERM, as every deploy res
 processes of a site restarted one after the other, Redis killed and started again from its
 append-only file. Each reader is a client as the page is one: it shows every token it is sent,
 reconnects every second when its socket goes, and resumes after the last token it has shown. What
-it has shown must be the whole answer, in order, once, and what the store holds.
-
-Why one module of about 380 lines: the faults share one site (supervisord, nginx, two web
-processes, the engine, Redis with its file) and the reader that checks what a page would show.
-"""
+it has shown must be the whole answer, in order, once, and what the store holds."""
 
 import json
 import os

@@ -1,10 +1,6 @@
 """Nothing lost: answers outlive their sockets, resume exactly, stop from any tab,
 time out, and are admitted within bounds. The engine here injects faults; the
-same behaviours against vLLM are in test_chat_faults_end_to_end.py.
-
-Why one module of about 420 lines: the faults share one fault-injecting engine and the socket
-helpers that read an answer part-way.
-"""
+same behaviours against vLLM are in test_chat_faults_end_to_end.py."""
 
 import asyncio
 import time

@@ -1,8 +1,4 @@
-"""`POST /chat/stream`: the exact SSE format, auth, errors; events arrive as the engine makes them.
-
-Why one module of about 390 lines: one endpoint, its format, refusals and timing, sharing one
-SSE reader.
-"""
+"""`POST /chat/stream`: the exact SSE format, auth, errors; events arrive as the engine makes them."""
 
 import json
 import time
@@ -293,7 +289,7 @@ async def test_it_answers_429_with_retry_after_past_the_users_concurrent_answers
     try:
         response = await post({"prompt": "two"}, await token_headers(alice))
     finally:
-        await admission.release(r, lease)
+        await admission.release_slot(r, lease)
     assert response.status_code == 429
     assert json.loads(response.content)["error"]["code"] == "busy"
     assert float(response["Retry-After"]) >= 1

@@ -159,7 +159,7 @@ class AdmittedApp(HeldApp):
             self.calls += 1
             self.lease = await admission.admit_answer(redisconn.client(), user_id=987654)
             await self.release.wait()
-            await admission.release(redisconn.client(), self.lease)
+            await admission.release_slot(redisconn.client(), self.lease)
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"answer"})
             return

@@ -1,9 +1,5 @@
 """The staff dashboard: staff only, live charts from a JSON endpoint of web-tier and engine figures,
-opening with the last 15 minutes that Celery beat has recorded in Redis, in the product's theme.
-
-Why one module of about 380 lines: one page, its JSON endpoint and its history, sharing the
-staff session and the recorded figures.
-"""
+opening with the last 15 minutes that Celery beat has recorded in Redis, in the product's theme."""
 
 import json
 import re

@@ -1,17 +1,21 @@
-"""A module over about 300 lines says why at its top, and the size it states is its size.
+"""No module over LIMIT lines (django/channels keeps to about as many): a module that grows past it
+is split where it holds two ideas. Generated migrations are not counted, and the modules in
+EXCEPTIONS are named with the reason they are not split."""
 
-The note reads "Why one module of about N lines: ..." (or "over N lines") in the module's
-docstring; "about N" must be within a sixth of the module's length, "over N" below it.
-"""
-
-import ast
-import re
 from pathlib import Path
 
 from tests.project.test_rooms import ROOT, packages
 
-LIMIT = 330
-NOTE = re.compile(r"Why one module of (about|over) (\d+) lines:")
+LIMIT = 420
+EXCEPTIONS = {
+    # Django reads one settings module, and docs/configuration.md's table follows its groups.
+    "chatsite/settings.py": "one settings module",
+    # Locust runs one file; its three users share its event hooks, counters and answer log.
+    "bench/load/locustfile.py": "one locustfile",
+    # To be split along its seams (stops; limits; streams' writes) once the shared helpers' move to
+    # tests/support/ lands: that move changes its imports.
+    "tests/chat/test_chat_resilience.py": "to split",
+}
 
 
 def modules() -> list[Path]:
@@ -20,30 +24,15 @@ def modules() -> list[Path]:
     return sorted(path for path in found if "migrations" not in path.parts)
 
 
-def size_note_problem(path: Path) -> str | None:
-    text = path.read_text()
-    lines = len(text.splitlines())
-    note = NOTE.search(ast.get_docstring(ast.parse(text)) or "")
-    if note is None:
-        return f"{lines} lines and no size note" if lines > LIMIT else None
-    kind, stated = note.group(1), int(note.group(2))
-    if kind == "over" and lines <= stated:
-        return f"says over {stated} lines, has {lines}"
-    if kind == "about" and abs(lines - stated) > lines / 6:
-        return f"says about {stated} lines, has {lines}"
-    return None
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
 
 
-def test_it_finds_every_long_module_saying_why_and_how_long_truly():
-    problems = {str(path.relative_to(ROOT)): size_note_problem(path) for path in modules()}
-    assert {path: problem for path, problem in problems.items() if problem} == {}
+def test_it_finds_no_module_over_the_limit_but_the_named_exceptions():
+    over = {str(path.relative_to(ROOT)): lines(path) for path in modules() if lines(path) > LIMIT}
+    assert {name: size for name, size in over.items() if name not in EXCEPTIONS} == {}
 
 
-def test_it_sees_a_size_note_that_drifted(tmp_path):
-    module = tmp_path / "m.py"
-    module.write_text('"""Why one module of about 100 lines: one idea."""\n' + "x = 1\n" * 200)
-    assert size_note_problem(module) == "says about 100 lines, has 201"
-    module.write_text('"""Why one module of about 190 lines: one idea."""\n' + "x = 1\n" * 200)
-    assert size_note_problem(module) is None
-    module.write_text("x = 1\n" * 400)
-    assert size_note_problem(module) == "400 lines and no size note"
+def test_every_exception_is_still_over_the_limit():
+    # One that shrank below it is no longer an exception: its name comes out.
+    assert {name for name in EXCEPTIONS if lines(ROOT / name) <= LIMIT} == set()

@@ -1,9 +1,5 @@
 """Two users: every path that takes an id answers the other user's ids exactly like ids that do
-not exist, and changes nothing. Real PostgreSQL and Redis; no engine is reached.
-
-Why one module of about 360 lines: every path that takes an id is walked with the same two
-users and their objects.
-"""
+not exist, and changes nothing. Real PostgreSQL and Redis; no engine is reached."""
 
 import json
 import re

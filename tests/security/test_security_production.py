@@ -88,7 +88,10 @@ def test_it_warns_a_production_deployment_without_a_metrics_token():
         ),
         ({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must name the host names"),
         ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must name the host names"),
-        ({"SESSION_COOKIE_SAMESITE": "None"}, "SESSION_COOKIE_SAMESITE='None': expected Lax or Strict"),
+        (
+            {"SESSION_COOKIE_SAMESITE": "None"},
+            "SESSION_COOKIE_SAMESITE='None': expected one of ['Lax', 'Strict']",
+        ),
     ],
 )
 def test_it_refuses_to_start_half_configured(tmp_path, missing, message):

@@ -13,18 +13,16 @@ import subprocess
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
-import pytest
 from django.conf import settings
 
 from deploy.supervisor import procfile
 from harness.processes import ROOT
-from tests.topology.test_k8s_manifests import (
+from tests.topology.k8s import (
     PROCESSES,
     config,
     every_container,
     pod_spec,
     render,
-    rendered_objects,
     scanner,
     workloads,
 )
@@ -66,11 +64,6 @@ SKIPS = [
         "container's probes are in deploy/k8s.",
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def objects() -> list[dict]:
-    return rendered_objects()
 
 
 def skip_of(finding: dict) -> Skip | None:

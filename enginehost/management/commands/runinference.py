@@ -6,7 +6,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from enginehost import state
-from enginehost.launcher import EngineConfig, EngineStartError, EngineSupervisor
+from enginehost.launcher import EngineConfig, EngineStartError
+from enginehost.supervisor import EngineSupervisor
 
 
 def _stop(signum, frame):
