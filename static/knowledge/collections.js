@@ -174,7 +174,7 @@ function mount(summary) {
   title.id = headingId;
   head.append(icon("library-big"), title);
   const view = { section, title, rows: new Map(), summary };
-  view.about = element("p", "hint collection-about");
+  view.about = element("p", "collection-about");
   view.bar = element("progress");
   view.bar.setAttribute("aria-label", "Documents read of " + summary.name);
   view.counts = element("p", "collection-counts");

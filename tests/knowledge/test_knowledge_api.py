@@ -6,6 +6,7 @@ Why one module of about 330 lines: every endpoint is walked with the same people
 
 import asyncio
 import io
+import re
 import zipfile
 
 import pytest
@@ -96,6 +97,14 @@ def test_it_refuses_anyone_without_a_session_or_a_key_with_the_scope(client, peo
         assert code(scoped) == (403, "forbidden"), path
     assert client.get("/api/collections/", **key(people["owner"])).status_code == 200
     assert session(people["owner"]).get("/api/collections/").status_code == 200
+
+
+def test_the_keys_page_offers_the_knowledge_scope_and_its_key_reads_collections(people, shelf):
+    page = session(people["owner"]).post("/keys/", {"name": "script", "scope": ["knowledge"]})
+    assert 'value="knowledge"' in page.content.decode()
+    [plain] = re.findall(r'<code id="plain-key">(chat_[^<]+)</code>', page.content.decode())
+    listed = Client().get("/api/collections/", HTTP_AUTHORIZATION=f"Bearer {plain}").json()
+    assert [c["name"] for c in listed["collections"]] == ["Private"]
 
 
 def test_a_write_by_session_needs_the_csrf_token_and_one_by_key_does_not(people):
