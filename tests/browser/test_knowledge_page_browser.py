@@ -47,16 +47,22 @@ def test_it_uploads_two_files_watches_them_become_ready_and_deletes_one(
 
 
 def test_a_failed_document_says_why_and_a_reader_gets_no_buttons_to_change(page, product_server):
+    markup = '<img src=x data-probe="1">'
+
     User = get_user_model()
     staff = User.objects.create_user("boss", password="pw-boss-123456", is_staff=True)
     User.objects.create_user("ada", password="pw-ada-123456")
-    shared = services.collection_create(owner=staff, name="Site handbook", visibility="site")
+    shared = services.collection_create(
+        owner=staff, name="Site handbook", description=markup, visibility="site"
+    )
     services.documents_add(collection=shared, uploads=[SimpleUploadedFile("broken.pdf", b"%PDF-1.4 junk")])
-    Document.objects.update(status="failed", error="The PDF could not be read.")
+    Document.objects.update(status="failed", error="The PDF could not be read. " + markup)
     log_in(page, product_server, "ada", "pw-ada-123456", "/accounts/login/?next=/collections/")
     section = page.locator("section.collection", has_text="Site handbook")
-    expect(section.locator(".collection-about")).to_have_text("by boss · Everyone on the site")
-    expect(section.locator(".doc-status")).to_have_text("Failed: The PDF could not be read.")
+    # Names, descriptions and errors are text, never markup.
+    expect(section.locator(".collection-about")).to_have_text("by boss · Everyone on the site · " + markup)
+    expect(section.locator(".doc-status")).to_have_text("Failed: The PDF could not be read. " + markup)
+    assert page.locator("[data-probe]").count() == 0
     expect(section.locator(".collection-counts")).to_have_text("0 of 1 documents ready · 1 failed")
     assert section.locator("button, input[type=file]").count() == 0
     assert Collection.objects.count() == 1
