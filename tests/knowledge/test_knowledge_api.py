@@ -13,7 +13,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from apitokens.services import token_issue
 from knowledge import indexing, services
@@ -134,6 +136,21 @@ def test_each_user_lists_what_they_may_read_with_its_progress(people, shelf):
     owned = session(people["owner"]).get("/api/collections/").json()["collections"]
     assert [(c["name"], c["may_change"]) for c in owned] == [("Private", True)]
     assert session(people["stranger"]).get("/api/collections/").json() == {"collections": []}
+
+
+def test_the_list_takes_as_many_queries_for_many_collections_as_for_one(people, shelf):
+    owner = session(people["owner"])
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert owner.get("/api/collections/").status_code == 200
+        return len(captured)
+
+    one = queries()
+    for i in range(5):
+        made = services.collection_create(owner=people["owner"], name=f"More {i}")
+        services.documents_add(collection=made, uploads=[upload(f"{i}.txt", f"Text {i}.")])
+    assert queries() == one
 
 
 def test_it_creates_private_collections_and_only_staff_share_them(people):
