@@ -2,7 +2,7 @@
 read answers 404 like a missing one on every path and is never changed; readers read, owners and
 superusers change; uploads stored once, quotas and limits refused whole; search only what the user reads.
 
-Why one module of about 330 lines: every endpoint is walked with the same people and collections."""
+Why one module of about 340 lines: every endpoint is walked with the same people and collections."""
 
 import asyncio
 import io
