@@ -499,6 +499,9 @@ KNOWLEDGE_PASSAGE_TOKENS = env_int("KNOWLEDGE_PASSAGE_TOKENS", 1500, minimum=100
 # Each user's storage: documents and bytes across their collections.
 KNOWLEDGE_MAX_DOCUMENTS_PER_USER = env_int("KNOWLEDGE_MAX_DOCUMENTS_PER_USER", 10000, minimum=1)
 KNOWLEDGE_MAX_BYTES_PER_USER = env_int("KNOWLEDGE_MAX_BYTES_PER_USER", 1024 * 1024 * 1024, minimum=1)
+# Each user's uploads to collections and searches of them (the page's and the API's) per minute.
+KNOWLEDGE_UPLOADS_PER_MINUTE = env_int("KNOWLEDGE_UPLOADS_PER_MINUTE", 30, minimum=1)
+KNOWLEDGE_SEARCHES_PER_MINUTE = env_int("KNOWLEDGE_SEARCHES_PER_MINUTE", 60, minimum=1)
 CELERY_TASK_ROUTES["knowledge.tasks.*"] = {"queue": "bulk"}
 # Documents left pending by a lost task (a killed worker, a Redis restart) are queued again.
 KNOWLEDGE_SWEEP_SECONDS = env_float("KNOWLEDGE_SWEEP_SECONDS", 60.0, minimum=1.0)

@@ -19,6 +19,7 @@ from knowledge.selectors import storage_used
 from knowledge.tasks import collection_index
 
 NAME_MAX = 200
+DESCRIPTION_MAX = 2000
 
 
 def _check_name(name: str) -> str:
@@ -43,11 +44,22 @@ def collection_create(
     collection = Collection.objects.create(
         owner=owner,
         name=_check_name(name),
-        description=(description or "")[:2000],
+        description=(description or "")[:DESCRIPTION_MAX],
         visibility=_check_visibility(owner, visibility),
     )
     collection.groups.set(groups)
     return collection
+
+
+def collection_update(
+    *, collection: Collection, name: str | None = None, description: str | None = None
+) -> None:
+    """A new name or description."""
+    if name is not None:
+        collection.name = _check_name(name)
+    if description is not None:
+        collection.description = description[:DESCRIPTION_MAX]
+    collection.save(update_fields=["name", "description"])
 
 
 def collection_share(

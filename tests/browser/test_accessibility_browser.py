@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
 from playwright.sync_api import expect
 
 from documents.uploads import DocumentInput
 from jobs import services as job_services
+from knowledge import services as knowledge_services
+from knowledge.models import Document
 from tests.chat_client import answered_turn, long_answer_conversation
 from tests.conftest import log_in
 
@@ -45,6 +48,18 @@ def serious_violations(page) -> list[dict]:
 def assert_accessible(page, where: str) -> None:
     found = serious_violations(page)
     assert found == [], f"{where}: {found}"
+
+
+def collection_with_a_failed_document(owner) -> None:
+    """A collection whose page shows a document that is ready, one waiting and one that failed."""
+    collection = knowledge_services.collection_create(owner=owner, name="Handbook", description="Policies.")
+    knowledge_services.documents_add(
+        collection=collection,
+        uploads=[SimpleUploadedFile(f"{name}.txt", f"About {name}.".encode()) for name in ("a", "b", "c")],
+    )
+    first, _, third = collection.documents.order_by("id")
+    Document.objects.filter(pk=first.pk).update(status="ready", chunks_total=3, chunks_done=3)
+    Document.objects.filter(pk=third.pk).update(status="failed", error="The file has no text.")
 
 
 def test_the_users_pages_have_no_serious_violations(context, product_server):
@@ -92,7 +107,8 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
     page.click("#conversation-close")
     page.goto(url)
     assert_accessible(page, "shared page")
-    for path in ("/usage/", "/keys/"):
+    collection_with_a_failed_document(user)
+    for path in ("/usage/", "/collections/", "/keys/"):
         page.goto(product_server + path)
         assert_accessible(page, path)
     page.fill("input[name=name]", "laptop")
@@ -109,7 +125,13 @@ def test_the_staff_pages_have_no_serious_violations(context, product_server):
     log_in(page, product_server, "boss", "pw-boss-123456", "/admin/login/?next=/monitoring/")
     page.wait_for_selector("#dashboard")
     assert_accessible(page, "dashboard")
-    for path in ("/admin/jobs/job/", f"/admin/jobs/job/{job.pk}/change/", "/admin/jobs/job/add/"):
+    collection_with_a_failed_document(boss)  # staff see the sharing form
+    for path in (
+        "/admin/jobs/job/",
+        f"/admin/jobs/job/{job.pk}/change/",
+        "/admin/jobs/job/add/",
+        "/collections/",
+    ):
         page.goto(product_server + path)
         assert_accessible(page, path)
 
@@ -131,5 +153,8 @@ def test_the_dark_theme_has_no_serious_violations(browser, product_server):
         assert_accessible(page, "chat, dark")
         page.goto(product_server + "/usage/")
         assert_accessible(page, "usage, dark")
+        collection_with_a_failed_document(user)
+        page.goto(product_server + "/collections/")
+        assert_accessible(page, "collections, dark")
     finally:
         context.close()
