@@ -43,7 +43,7 @@ def test_indexing_and_search_pass_on_pgvector(pgvector_url, tmp_path):
             sys.executable,
             "-m",
             "pytest",
-            "-q",
+            "-v",
             "-p",
             "no:cacheprovider",
             *(f"tests/knowledge/{c}" for c in CASES),
