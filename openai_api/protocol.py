@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from django.conf import settings
 from pydantic import (
+    BeforeValidator,
     Field,
     StrictBool,
     StrictFloat,
@@ -92,15 +93,15 @@ class ChatMessage(Input):
         raise refuse("invalid_field", "'content' must be a string or a list of text parts")
 
 
-def _conversation(messages: list[ChatMessage]) -> list[dict[str, str]]:
-    if all(message.role == "system" for message in messages):
-        raise refuse("invalid_field", "'messages' needs at least one user or assistant message")
-    return [message.model_dump() for message in messages]
-
-
 Flag = Annotated[StrictBool, null_is(False), Field(description="'{param}' must be true or false")]
 TokenLimit = Annotated[
     MaxTokens, Field(description="'{param}' must be an integer from 1 to {CHAT_MAX_TOKENS_LIMIT}")
+]
+# A string is read as a list of one.
+Stops = Annotated[
+    list[Annotated[StrictStr, Field(min_length=1)]],
+    Field(max_length=4),
+    BeforeValidator(lambda stop: [stop] if isinstance(stop, str) else stop),
 ]
 Penalty = Annotated[StrictFloat, Field(ge=-2, le=2, description="'{param}' must be a number in [-2, 2]")]
 
@@ -141,8 +142,7 @@ class ChatCompletionRequest(Input):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     seed: StrictInt | None = Field(None, description="'seed' must be an integer")
-    # A string is read as a list of one (_refuse_unsupported).
-    stop: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(max_length=4)] | None = Field(
+    stop: Stops | None = Field(
         None, description="'stop' must be a non-empty string or an array of up to 4 of them"
     )
 
@@ -169,8 +169,6 @@ class ChatCompletionRequest(Input):
             raise refuse(
                 "unsupported_field", "only one choice per request is supported ('n' must be 1)", param="n"
             )
-        if isinstance(data.get("stop"), str):
-            return {**data, "stop": [data["stop"]]}
         return data
 
     @field_validator("stream_options")
@@ -180,10 +178,12 @@ class ChatCompletionRequest(Input):
             raise ValueError("only for stream: true")
         return options
 
-    @field_validator("messages", mode="after")
+    @field_validator("messages")
     @classmethod
     def _as_conversation(cls, messages: list[ChatMessage]) -> list[dict[str, str]]:
-        return _conversation(messages)
+        if all(message.role == "system" for message in messages):
+            raise refuse("invalid_field", "'messages' needs at least one user or assistant message")
+        return [message.model_dump() for message in messages]
 
     @model_validator(mode="after")
     def _answer_length(self) -> "ChatCompletionRequest":
