@@ -135,7 +135,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 raise Refusal("unknown_type", f"unknown frame type {frame['type']!r}")
             if frame["type"] not in ANSWER_FRAMES and not await self._still_logged_in():
                 raise socket_auth.LoggedOut
-            await getattr(self, frame["type"].replace(".", "_"))(frame)
+            await getattr(self, frame["type"].replace(".", "_"))(protocol.client_frame(frame))
         except socket_auth.LoggedOut:
             await self.close(code=4401)
         except Refusal as refusal:
@@ -144,34 +144,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             log.warning("chat frame refused: Redis unavailable", exc_info=True)
             await self.send_json(protocol.error("redis_unavailable", "Try again in a moment."))
 
-    async def chat_send(self, frame: dict) -> None:
+    async def chat_send(self, frame: protocol.ChatSend) -> None:
         """Store the user's message, announce the answer, and start generating it."""
-        conversation_id = protocol.id_field(frame, "conversation", nullable=True)
-        # Optional: the message the new one follows (another version's); default the shown one.
-        parent_id = protocol.id_field(frame, "parent", nullable=True, required=False)
-        content = protocol.content_field(frame)
         await self._start_answer(
             turns.chat_turn_start,
-            conversation_id=conversation_id,
-            content=content,
-            parent_id=parent_id,
+            conversation_id=frame.conversation,
+            content=frame.content,
+            parent_id=frame.parent,
         )
 
-    async def chat_regenerate(self, frame: dict) -> None:
+    async def chat_regenerate(self, frame: protocol.MessageRef) -> None:
         """Answer again the user message that answer `message` replied to, as a new version."""
-        message_id = protocol.id_field(frame, "message")
-        await self._branch(turns.chat_turn_regenerate, message_id=message_id)
+        await self._branch(turns.chat_turn_regenerate, message_id=frame.message)
 
-    async def chat_edit(self, frame: dict) -> None:
+    async def chat_edit(self, frame: protocol.ChatEdit) -> None:
         """Send an edited copy of user message `message` as a new version of its turn."""
-        message_id = protocol.id_field(frame, "message")
-        content = protocol.content_field(frame)
-        await self._branch(turns.chat_turn_edit, message_id=message_id, content=content)
+        await self._branch(turns.chat_turn_edit, message_id=frame.message, content=frame.content)
 
-    async def chat_continue(self, frame: dict) -> None:
+    async def chat_continue(self, frame: protocol.MessageRef) -> None:
         """Extend answer `message`, cut off at its length limit, in place."""
-        message_id = protocol.id_field(frame, "message")
-        await self._branch(turns.chat_turn_continue, message_id=message_id)
+        await self._branch(turns.chat_turn_continue, message_id=frame.message)
 
     async def _branch(self, start_turn, *, message_id: int, **arguments) -> None:
         # The turn's own trip checks that the message is the user's: no trip of its own first.
@@ -243,10 +235,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.send_json(protocol.closing(message))
 
-    async def chat_resume(self, frame: dict) -> None:
+    async def chat_resume(self, frame: protocol.ChatResume) -> None:
         """Send the frames of answer `message` after token `after`, then the live rest."""
-        message_id = protocol.id_field(frame, "message")
-        after = protocol.seq_field(frame, "after")
+        message_id, after = frame.message, frame.after
         message = await self._owned_message(message_id)
         if message.status == Message.Status.GENERATING or await streams.exists(
             redisconn.client(), message_id
@@ -255,6 +246,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         else:
             await self.send_json(protocol.closing(message))
 
-    async def chat_stop(self, frame: dict) -> None:
+    async def chat_stop(self, frame: protocol.MessageRef) -> None:
         """Stop an answer of this user, from whichever tab or process it runs in."""
-        await answer_stop(user=self.user, message_id=protocol.id_field(frame, "message"))
+        await answer_stop(user=self.user, message_id=frame.message)

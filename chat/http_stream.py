@@ -36,6 +36,7 @@ from conversations.models import Message
 from httpkit.errors import Refusal, not_found, unauthenticated
 from httpkit.json import check_csrf, json_view, read_json
 from httpkit.sse import event_stream, sse_event
+from httpkit.validation import checked
 from inference.engine import engine_client
 
 
@@ -76,22 +77,22 @@ async def _events(first: dict | None, frames: AsyncIterator[dict], ids: dict) ->
 
 def _turn_request(data: dict) -> tuple:
     """What kind of turn the body asks for: (start_turn, its arguments)."""
-    if "messages" in data:
+    body = protocol.stream_body(data)
+    if isinstance(body, protocol.StreamMessages):
+        # Checked as the conversation's settings are, by the store.
         sampling = {name: data[name] for name in ("temperature", "max_tokens") if name in data}
-        return turns.chat_turn_from_messages, {"messages": data["messages"], "settings_data": sampling}
-    if "regenerate" in data:
-        return turns.chat_turn_regenerate, {"message_id": protocol.id_field(data, "regenerate")}
-    if "continue" in data:
-        return turns.chat_turn_continue, {"message_id": protocol.id_field(data, "continue")}
-    if "edit" in data:
-        return turns.chat_turn_edit, {
-            "message_id": protocol.id_field(data, "edit"),
-            "content": protocol.content_field(data, "prompt"),
-        }
+        messages = [message.model_dump() for message in body.messages]
+        return turns.chat_turn_from_messages, {"messages": messages, "settings_data": sampling}
+    if isinstance(body, protocol.StreamRegenerate):
+        return turns.chat_turn_regenerate, {"message_id": body.regenerate}
+    if isinstance(body, protocol.StreamContinue):
+        return turns.chat_turn_continue, {"message_id": body.message}
+    if isinstance(body, protocol.StreamEdit):
+        return turns.chat_turn_edit, {"message_id": body.edit, "content": body.prompt}
     return turns.chat_turn_start, {
-        "content": protocol.content_field(data, "prompt"),
-        "conversation_id": protocol.id_field(data, "conversation", nullable=True, required=False),
-        "parent_id": protocol.id_field(data, "parent", nullable=True, required=False),
+        "content": body.prompt,
+        "conversation_id": body.conversation,
+        "parent_id": body.parent,
     }
 
 
@@ -178,6 +179,6 @@ async def _resume(request: HttpRequest) -> HttpResponse:
 async def chat_stop(request: HttpRequest) -> JsonResponse:
     """Stop one of the user's answers, wherever it runs: `{"message": ID}`."""
     user = await _writer(request)
-    message_id = protocol.id_field(read_json(request, max_bytes=1024), "message")
+    message_id = checked(protocol.MessageRef, read_json(request, max_bytes=1024)).message
     await answer_stop(user=user, message_id=message_id)
     return JsonResponse({"stopping": message_id}, status=202)

@@ -7,17 +7,18 @@ error codes they refuse with are every surface's (httpkit.errors). A test reads
 docs/protocol.md against the names below.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from django.conf import settings
+from pydantic import Field, StrictStr, field_validator
 
 from httpkit.errors import Refusal
 from httpkit.json import parse_json
+from httpkit.validation import Id, Input, Seq, Text, at_most, checked, refuse
 
 if TYPE_CHECKING:
     from conversations.models import Message
 
-CLIENT_FRAMES = ("chat.send", "chat.stop", "chat.resume", "chat.regenerate", "chat.edit", "chat.continue")
 SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")
 # The frames that end an answer.
 TERMINAL = frozenset({"chat.done", "chat.error"})
@@ -127,43 +128,109 @@ def decode(text: str) -> dict:
     return frame
 
 
-# The largest id and position the database holds (a signed 64-bit integer) and frames can carry back.
-MAX_ID = 2**63 - 1
+class MessageRef(Input):
+    """`chat.stop`, `chat.regenerate`, `chat.continue`; `POST /chat/stop`; the version shown."""
+
+    message: Id
 
 
-def is_id(value: object) -> bool:
-    # JSON true/false arrive as bool, which Python counts as int.
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ID
+class ChatSend(Input):
+    conversation: Id | None
+    # The message the new one follows (another version's); default: the one shown.
+    parent: Id | None = None
+    content: Text = Field(None, validate_default=True)
 
 
-def id_field(data: dict, name: str, *, nullable: bool = False, required: bool = True) -> int | None:
-    """A positive integer id. None where `nullable` and the value is null, or where not
-    `required` and the field is absent."""
-    if name not in data:
-        if required:
-            raise Refusal("invalid_field", f"'{name}' is required")
-        return None
-    value = data[name]
-    if value is None and nullable:
-        return None
-    if not is_id(value):
-        raise Refusal("invalid_field", f"'{name}' must be a positive integer id")
-    return value
+class ChatEdit(MessageRef):
+    content: Text = Field(None, validate_default=True)
 
 
-def content_field(data: dict, name: str = "content") -> str:
-    """A message text: a non-empty string of at most CHAT_MAX_CONTENT_CHARS characters."""
-    content = data.get(name)
-    if not isinstance(content, str) or not content.strip():
-        raise Refusal("invalid_field", f"'{name}' must be a non-empty string")
-    if len(content) > settings.CHAT_MAX_CONTENT_CHARS:
-        raise Refusal("too_large", f"'{name}' is longer than {settings.CHAT_MAX_CONTENT_CHARS} characters")
-    return content
+class ChatResume(MessageRef):
+    after: Seq = -1
 
 
-def seq_field(data: dict, name: str = "after") -> int:
-    """A token position to resume after; -1 for all."""
-    value = data.get(name, -1)
-    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_ID:
-        raise Refusal("invalid_field", f"'{name}' must be a token seq (or -1 for all)")
-    return value
+CLIENT_FRAMES: dict[str, type[Input]] = {
+    "chat.send": ChatSend,
+    "chat.stop": MessageRef,
+    "chat.resume": ChatResume,
+    "chat.regenerate": MessageRef,
+    "chat.edit": ChatEdit,
+    "chat.continue": MessageRef,
+}
+
+
+def client_frame(frame: dict) -> Input:
+    """A decoded frame of a known type, checked against its model."""
+    return checked(CLIENT_FRAMES[frame["type"]], frame)
+
+
+# `POST /chat/stream` bodies: which turn they ask for is the field they carry.
+
+
+class StreamSend(Input):
+    prompt: Text = Field(None, validate_default=True)
+    conversation: Id | None = None
+    parent: Id | None = None
+
+
+class StreamEdit(Input):
+    edit: Id
+    prompt: Text = Field(None, validate_default=True)
+
+
+class StreamRegenerate(Input):
+    regenerate: Id
+
+
+class StreamContinue(Input):
+    message: Id = Field(alias="continue")
+
+
+MESSAGES_LIMIT = 200
+
+
+class StreamMessage(Input):
+    role: Literal["system", "user", "assistant"] = Field(None, validate_default=True)
+    content: Annotated[StrictStr, at_most("CHAT_MAX_CONTENT_CHARS", size=len)] = Field(
+        None,
+        validate_default=True,
+        description="{param} must be a string of at most {CHAT_MAX_CONTENT_CHARS} characters",
+    )
+
+
+class StreamMessages(Input):
+    """A whole conversation (OpenAI's layout): its system messages become the system prompt, the
+    others its history, and the last, a user message, is answered."""
+
+    messages: Annotated[
+        list[
+            Annotated[StreamMessage, Field(description="{param} needs a role of system, user or assistant")]
+        ],
+        Field(min_length=1, max_length=MESSAGES_LIMIT),
+    ] = Field(
+        None,
+        validate_default=True,
+        description=f"'messages' must be a list of 1 to {MESSAGES_LIMIT} messages",
+    )
+
+    @field_validator("messages")
+    @classmethod
+    def _ends_with_a_question(cls, messages: list[StreamMessage]) -> list[StreamMessage]:
+        if messages[-1].role != "user" or not messages[-1].content.strip():
+            raise refuse("invalid_field", "the last message must be a non-empty user message")
+        return messages
+
+
+STREAM_BODIES: dict[str, type[Input]] = {
+    "messages": StreamMessages,
+    "regenerate": StreamRegenerate,
+    "continue": StreamContinue,
+    "edit": StreamEdit,
+}
+
+
+def stream_body(data: dict) -> Input:
+    """A `POST /chat/stream` body, checked as the turn it asks for: the first of STREAM_BODIES'
+    fields it carries, else a new message (StreamSend)."""
+    kind = next((model for name, model in STREAM_BODIES.items() if name in data), StreamSend)
+    return checked(kind, data)

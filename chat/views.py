@@ -17,9 +17,9 @@ from django.views.decorators.http import require_GET
 
 from chat import documents, protocol, rates
 from conversations import selectors, services
-from conversations.services import TEMPERATURE_BOUNDS
 from httpkit.errors import Refusal, not_found
 from httpkit.json import check_csrf, json_view, read_json
+from httpkit.validation import TEMPERATURE_BOUNDS, checked
 from inference.access import models_for
 from inference.engine import engine_client
 from knowledge import quotes
@@ -145,9 +145,10 @@ def conversation_settings(request: HttpRequest, data: dict, conversation_id: int
 @_browser_action
 def conversation_show(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
     """Remember which version the user looks at, so new messages and reloads follow it."""
-    message_id = protocol.id_field(data, "message")
     leaf = services.conversation_show(
-        user=request.user, conversation_id=conversation_id, message_id=message_id
+        user=request.user,
+        conversation_id=conversation_id,
+        message_id=checked(protocol.MessageRef, data).message,
     )
     return JsonResponse({"current_leaf": leaf.pk})
 

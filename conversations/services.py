@@ -5,18 +5,22 @@ conversations.turns, API exchanges by conversations.exchanges; nothing else writ
 they refuse, they refuse with a Refusal (httpkit.errors)."""
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
+from pydantic import Field, StrictBool, StrictStr, ValidationInfo, field_validator, model_validator
 
 from conversations import selectors
 from conversations.models import Conversation, Message, SharedLink
 from httpkit.errors import Refusal, not_found
+from httpkit.validation import Input, MaxTokens, MinTokens, Temperature, checked, refuse, text
 from inference.access import models_for
 
 TITLE_LENGTH = 60
-TEMPERATURE_BOUNDS = (0.0, 2.0)
+TITLE_MAX_CHARS = 200
+FLAGS = "send 'pinned' and/or 'archived' as true or false"
 
 
 def title_from(content: str) -> str:
@@ -31,49 +35,50 @@ def _owned_conversation(user: AbstractBaseUser, conversation_id: int) -> Convers
     return conversation
 
 
-def _is_number(value: object, kind: type) -> bool:
-    # JSON true/false arrive as bool, which Python counts as int.
-    allowed = (int, float) if kind is float else (int,)
-    return isinstance(value, allowed) and not isinstance(value, bool)
+class ConversationSettings(Input):
+    """Per-conversation settings, each within its documented bounds (docs/store.md); `model` one of
+    those the user may use (the `user` of the validation's context). Only the fields sent change."""
+
+    model: Any = None
+    system_prompt: StrictStr = Field(None, description="'system_prompt' must be a string")
+    temperature: Temperature | None = Field(
+        None, description="'temperature' must be a number from 0 to 2 or null"
+    )
+    max_tokens: MaxTokens | None = Field(
+        None, description="'max_tokens' must be an integer from 1 to {CHAT_MAX_TOKENS_LIMIT}, or null"
+    )
+    min_tokens: MinTokens | None = Field(
+        None, description="'min_tokens' must be an integer from 0 to {CHAT_MAX_TOKENS_LIMIT}, or null"
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _allowed(cls, model: object, info: ValidationInfo) -> str:
+        user = info.context.get("user")
+        allowed = models_for(user=user) if user is not None else []
+        if model not in allowed:
+            raise refuse("invalid_field", f"'model' must be one of {', '.join(allowed) or 'your models'}")
+        return model
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _fits(cls, prompt: str) -> str:
+        if len(prompt) > settings.CHAT_SYSTEM_PROMPT_MAX_CHARS:
+            raise refuse(
+                "too_large", "'system_prompt' is longer than {CHAT_SYSTEM_PROMPT_MAX_CHARS} characters"
+            )
+        return prompt
 
 
 def _checked_settings(data: dict, user: AbstractBaseUser | None = None) -> dict:
-    """Validate per-conversation settings against their documented bounds (docs/store.md); `model`
-    against the models `user` may use."""
-    checked = {}
-    if "model" in data:
-        model = data["model"]
-        allowed = models_for(user=user) if user is not None else []
-        if model not in allowed:
-            raise Refusal("invalid_field", f"'model' must be one of {', '.join(allowed) or 'your models'}")
-        checked["model_name"] = model
-    if "system_prompt" in data:
-        prompt = data["system_prompt"]
-        if not isinstance(prompt, str):
-            raise Refusal("invalid_field", "'system_prompt' must be a string")
-        if len(prompt) > settings.CHAT_SYSTEM_PROMPT_MAX_CHARS:
-            limit = settings.CHAT_SYSTEM_PROMPT_MAX_CHARS
-            raise Refusal("too_large", f"'system_prompt' is longer than {limit} characters")
-        checked["system_prompt"] = prompt
-    if "temperature" in data:
-        value = data["temperature"]
-        low, high = TEMPERATURE_BOUNDS
-        if value is not None and not (_is_number(value, float) and low <= value <= high):
-            raise Refusal("invalid_field", f"'temperature' must be a number from {low:g} to {high:g} or null")
-        checked["temperature"] = None if value is None else float(value)
-    if "max_tokens" in data:
-        value = data["max_tokens"]
-        limit = settings.CHAT_MAX_TOKENS_LIMIT
-        if value is not None and not (_is_number(value, int) and 1 <= value <= limit):
-            raise Refusal("invalid_field", f"'max_tokens' must be an integer from 1 to {limit}, or null")
-        checked["max_tokens"] = value
-    if "min_tokens" in data:
-        value = data["min_tokens"]
-        limit = settings.CHAT_MAX_TOKENS_LIMIT
-        if value is not None and not (_is_number(value, int) and 0 <= value <= limit):
-            raise Refusal("invalid_field", f"'min_tokens' must be an integer from 0 to {limit}, or null")
-        checked["min_tokens"] = value or None
-    return checked
+    """The settings `data` changes, as the conversation's fields."""
+    changed = checked(ConversationSettings, data, user=user)
+    fields = {
+        "model_name" if name == "model" else name: getattr(changed, name) for name in changed.model_fields_set
+    }
+    if "min_tokens" in fields:
+        fields["min_tokens"] = fields["min_tokens"] or None
+    return fields
 
 
 def conversation_create(*, user: AbstractBaseUser, settings_data: dict | None = None) -> Conversation:
@@ -99,11 +104,28 @@ def conversation_update_settings(*, user: AbstractBaseUser, conversation_id: int
     return conversation
 
 
+Title = text(TITLE_MAX_CHARS)
+
+
+class Rename(Input):
+    title: Title = Field(None, validate_default=True)
+
+
+class Flags(Input):
+    """Either or both: an explicit null is no flag."""
+
+    pinned: StrictBool = Field(None, description=FLAGS)
+    archived: StrictBool = Field(None, description=FLAGS)
+
+    @model_validator(mode="after")
+    def _some(self) -> "Flags":
+        if not self.model_fields_set & {"pinned", "archived"}:
+            raise refuse("invalid_field", FLAGS)
+        return self
+
+
 def conversation_rename(*, user: AbstractBaseUser, conversation_id: int, title: object) -> Conversation:
-    if not isinstance(title, str) or not title.strip():
-        raise Refusal("invalid_field", "'title' must be a non-empty string")
-    if len(title) > 200:
-        raise Refusal("too_large", "'title' is longer than 200 characters")
+    title = checked(Rename, {"title": title}).title
     conversation = _owned_conversation(user, conversation_id)
     conversation.title = " ".join(title.split())
     # A rename is not activity: the list keeps its order.
@@ -114,9 +136,7 @@ def conversation_rename(*, user: AbstractBaseUser, conversation_id: int, title: 
 def conversation_flag(*, user: AbstractBaseUser, conversation_id: int, data: dict) -> Conversation:
     """Pin or unpin, archive or unarchive (`pinned`, `archived`: booleans); its activity time stays."""
     conversation = _owned_conversation(user, conversation_id)
-    flags = {name: data[name] for name in ("pinned", "archived") if name in data}
-    if not flags or not all(isinstance(value, bool) for value in flags.values()):
-        raise Refusal("invalid_field", "send 'pinned' and/or 'archived' as true or false")
+    flags = checked(Flags, data).model_dump(include={"pinned", "archived"}, exclude_unset=True)
     Conversation.objects.filter(pk=conversation.pk).update(**flags)
     for name, value in flags.items():
         setattr(conversation, name, value)

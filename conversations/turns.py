@@ -201,42 +201,24 @@ def chat_turn_start(
     return _ask(conversation, parent, content, earlier)
 
 
-MESSAGES_LIMIT = 200
-
-
 @transaction.atomic
-def chat_turn_from_messages(*, user: AbstractBaseUser, messages: object, settings_data: dict) -> Turn:
-    """A new conversation from a whole message list (the OpenAI-style body of `POST /chat/stream`):
-    its system messages as the system prompt, the others stored as history, the last (a user
-    message) answered. `settings_data`: temperature and max_tokens, checked as settings are."""
-    if not isinstance(messages, list) or not messages or len(messages) > MESSAGES_LIMIT:
-        raise Refusal("invalid_field", f"'messages' must be a list of 1 to {MESSAGES_LIMIT} messages")
-    checked = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
-            raise Refusal("invalid_field", f"messages[{index}] needs a role of system, user or assistant")
-        content = message.get("content")
-        if not isinstance(content, str) or len(content) > settings.CHAT_MAX_CONTENT_CHARS:
-            raise Refusal(
-                "invalid_field",
-                f"messages[{index}].content must be a string of at most "
-                f"{settings.CHAT_MAX_CONTENT_CHARS} characters",
-            )
-        checked.append((message["role"], content))
-    if checked[-1][0] != "user" or not checked[-1][1].strip():
-        raise Refusal("invalid_field", "the last message must be a non-empty user message")
-    system = "\n\n".join(content for role, content in checked if role == "system")
+def chat_turn_from_messages(
+    *, user: AbstractBaseUser, messages: list[dict[str, str]], settings_data: dict
+) -> Turn:
+    """A new conversation from a whole message list (the OpenAI-style body of `POST /chat/stream`,
+    checked by chat.protocol.StreamMessages): its system messages as the system prompt, the others
+    stored as history, the last (a user message) answered. `settings_data`: temperature and
+    max_tokens, checked as settings are."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
     conversation = conversation_create(
         user=user, settings_data={**settings_data, **({"system_prompt": system} if system else {})}
     )
     parent = None
-    for role, content in checked[:-1]:
-        if role != "system":
-            parent = Message.objects.create(
-                conversation=conversation, parent=parent, role=role, content=content
-            )
+    for message in messages[:-1]:
+        if message["role"] != "system":
+            parent = Message.objects.create(conversation=conversation, parent=parent, **message)
     earlier = [] if parent is None else selectors.message_path(message=parent)
-    return _ask(conversation, parent, checked[-1][1], earlier)
+    return _ask(conversation, parent, messages[-1]["content"], earlier)
 
 
 @transaction.atomic

@@ -1,5 +1,5 @@
 """The OpenAI chat completions protocol as this product speaks it (docs/openai-api.md): the
-checks of a request body, and the shapes of completions, stream chunks, models and errors.
+request body's model, and the shapes of completions, stream chunks, models and errors.
 
 Nothing here reaches the engine or the store; openai_api.serving does, openai_api.views
 carries HTTP. A request field the product cannot honour is refused by name (400), never
@@ -7,11 +7,23 @@ ignored: a client asking for tools must not get an answer that silently used non
 """
 
 import uuid
-from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from django.conf import settings
+from pydantic import (
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from httpkit.errors import ERRORS, Refusal
+from httpkit.validation import Input, MaxTokens, MinTokens, Temperature, checked, null_is, refuse
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # Fields that ask for what the product does not do: refused unless set to their "off" value.
@@ -32,23 +44,6 @@ UNSUPPORTED = {
 }
 # Fields accepted and not acted on: they change nothing in the answer.
 IGNORED = {"user", "metadata", "service_tier", "parallel_tool_calls", "n"}
-SAMPLING_RANGES = {"top_p": (0.0, 1.0), "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
-KNOWN = {
-    "model",
-    "messages",
-    "stream",
-    "stream_options",
-    "max_tokens",
-    "max_completion_tokens",
-    "min_tokens",
-    "temperature",
-    "seed",
-    "stop",
-    "store",
-    *SAMPLING_RANGES,
-    *UNSUPPORTED,
-    *IGNORED,
-}
 
 
 def error_body(refusal: Refusal) -> dict:
@@ -65,172 +60,150 @@ def error_body(refusal: Refusal) -> dict:
     }
 
 
-def invalid(param: str, message: str) -> Refusal:
-    return Refusal("invalid_field", message, param=param)
+class ChatMessage(Input):
+    """One message: its role (`developer` is read as `system`) and its text, a string or a list of
+    text parts (as newer clients send)."""
 
+    role: Any = Field(None, validate_default=True)
+    content: Any = Field(None, validate_default=True)
 
-@dataclass(frozen=True)
-class ChatCompletionRequest:
-    model: str
-    messages: list[dict[str, str]]
-    max_tokens: int
-    temperature: float
-    stream: bool = False
-    include_usage: bool = False
-    store: bool = False
-    # vLLM's extension: no end of text before this many tokens.
-    min_tokens: int = 0
-    # Passed to the engine as they came: top_p, penalties, seed, stop.
-    sampling: dict = field(default_factory=dict)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _flag(data: dict, name: str) -> bool:
-    value = data.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise invalid(name, f"'{name}' must be true or false")
-    return bool(value)
-
-
-def _content(index: int, role: str, content: object) -> str:
-    """A message's text: a string, or a list of text parts (as newer clients send)."""
-    param = f"messages[{index}].content"
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                raise invalid(param, "only text content parts are supported")
-            texts.append(part["text"])
-        return "".join(texts)
-    if content is None and role == "assistant":
-        raise invalid(param, "an assistant message without content (a tool call) is not supported")
-    raise invalid(param, "'content' must be a string or a list of text parts")
-
-
-def _messages(value: object) -> list[dict[str, str]]:
-    if not isinstance(value, list) or not value:
-        raise invalid("messages", "'messages' must be a non-empty array")
-    messages = []
-    for index, message in enumerate(value):
-        if not isinstance(message, dict):
-            raise invalid(f"messages[{index}]", "each message must be an object")
-        role = message.get("role")
+    @field_validator("role")
+    @classmethod
+    def _role(cls, role: object) -> str:
         if role not in ROLES:
-            raise invalid(f"messages[{index}].role", f"role must be one of {', '.join(ROLES)} (got {role!r})")
-        messages.append({"role": ROLES[role], "content": _content(index, role, message.get("content"))})
-    if all(m["role"] == "system" for m in messages):
-        raise invalid("messages", "'messages' needs at least one user or assistant message")
-    return messages
+            raise refuse("invalid_field", f"role must be one of {', '.join(ROLES)} (got {role!r})")
+        return ROLES[role]
 
-
-def _max_tokens(data: dict) -> int:
-    limit = settings.CHAT_MAX_TOKENS_LIMIT
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = data.get(name)
-        if value is None:
-            continue
-        if not _is_int(value) or not 1 <= value <= limit:
-            raise invalid(name, f"'{name}' must be an integer from 1 to {limit}")
-        return value
-    return settings.CHAT_MAX_TOKENS
-
-
-def _min_tokens(data: dict) -> int:
-    value = data.get("min_tokens")
-    limit = settings.CHAT_MAX_TOKENS_LIMIT
-    if value is not None and (not _is_int(value) or not 0 <= value <= limit):
-        raise invalid("min_tokens", f"'min_tokens' must be an integer from 0 to {limit}")
-    return value or 0
-
-
-def _temperature(data: dict) -> float:
-    value = data.get("temperature")
-    if value is None:
-        return settings.CHAT_TEMPERATURE
-    if not _is_number(value) or not 0 <= value <= 2:
-        raise invalid("temperature", "'temperature' must be a number from 0 to 2")
-    return float(value)
-
-
-def _sampling(data: dict) -> dict:
-    sampling = {}
-    for name, (low, high) in SAMPLING_RANGES.items():
-        value = data.get(name)
-        if value is None:
-            continue
-        if not _is_number(value) or not low <= value <= high or (name == "top_p" and value == 0):
-            raise invalid(
-                name, f"'{name}' must be a number in {'(' if name == 'top_p' else '['}{low:g}, {high:g}]"
+    @field_validator("content")
+    @classmethod
+    def _content(cls, content: object, info: ValidationInfo) -> str:
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            if not all(
+                isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                for part in content
+            ):
+                raise refuse("invalid_field", "only text content parts are supported")
+            return "".join(part["text"] for part in content)
+        if content is None and info.data.get("role") == "assistant":
+            raise refuse(
+                "invalid_field", "an assistant message without content (a tool call) is not supported"
             )
-        sampling[name] = value
-    if data.get("seed") is not None:
-        if not _is_int(data["seed"]):
-            raise invalid("seed", "'seed' must be an integer")
-        sampling["seed"] = data["seed"]
-    stop = data.get("stop")
-    if stop is not None:
-        stops = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
-            raise invalid("stop", "'stop' must be a non-empty string or an array of up to 4 of them")
-        sampling["stop"] = stops
-    return sampling
+        raise refuse("invalid_field", "'content' must be a string or a list of text parts")
 
 
-def _refuse_unsupported(data: dict) -> None:
-    unknown = sorted(set(data) - KNOWN)
-    if unknown:
-        raise invalid(unknown[0], f"Unrecognized request argument supplied: {unknown[0]}")
-    for name, off in UNSUPPORTED.items():
-        value = data.get(name)
-        if (
-            value is None
-            or value == off
-            or (name == "tool_choice" and value == "auto" and not data.get("tools"))
-        ):
-            continue
-        raise Refusal("unsupported_field", f"'{name}' is not supported by this server", param=name)
-    n = data.get("n")
-    if n is not None and n != 1:
-        raise Refusal(
-            "unsupported_field", "only one choice per request is supported ('n' must be 1)", param="n"
-        )
+Flag = Annotated[StrictBool, null_is(False), Field(description="'{param}' must be true or false")]
+TokenLimit = Annotated[
+    MaxTokens, Field(description="'{param}' must be an integer from 1 to {CHAT_MAX_TOKENS_LIMIT}")
+]
+# A string is read as a list of one.
+Stops = Annotated[
+    list[Annotated[StrictStr, Field(min_length=1)]],
+    Field(max_length=4),
+    BeforeValidator(lambda stop: [stop] if isinstance(stop, str) else stop),
+]
+Penalty = Annotated[StrictFloat, Field(ge=-2, le=2, description="'{param}' must be a number in [-2, 2]")]
+
+
+class ChatCompletionRequest(Input):
+    """A `POST /v1/chat/completions` body. Once checked, `messages` are the engine's
+    `{role, content}` dicts, `max_tokens` the answer's length, and null values their defaults."""
+
+    names_param = True
+    model: Annotated[StrictStr, Field(min_length=1)] = Field(
+        None,
+        validate_default=True,
+        description="'model' must be the name of a model (GET /v1/models lists them)",
+    )
+    stream: Flag = False
+    stream_options: dict[str, Any] | None = Field(
+        None, description="'stream_options' is an object, and only for stream: true"
+    )
+    messages: Annotated[
+        list[Annotated[ChatMessage, Field(description="each message must be an object")]],
+        Field(min_length=1),
+    ] = Field(None, validate_default=True, description="'messages' must be a non-empty array")
+    max_completion_tokens: TokenLimit | None = None
+    max_tokens: TokenLimit | None = None
+    temperature: Annotated[Temperature, null_is(lambda: settings.CHAT_TEMPERATURE)] = Field(
+        default_factory=lambda: settings.CHAT_TEMPERATURE,
+        description="'temperature' must be a number from 0 to 2",
+    )
+    store: Flag = False
+    # vLLM's extension: no end of text before this many tokens.
+    min_tokens: Annotated[MinTokens, null_is(0)] = Field(
+        0, description="'min_tokens' must be an integer from 0 to {CHAT_MAX_TOKENS_LIMIT}"
+    )
+    # Passed to the engine as they came (`sampling`).
+    top_p: Annotated[StrictFloat, Field(gt=0, le=1)] | None = Field(
+        None, description="'top_p' must be a number in (0, 1]"
+    )
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    seed: StrictInt | None = Field(None, description="'seed' must be an integer")
+    stop: Stops | None = Field(
+        None, description="'stop' must be a non-empty string or an array of up to 4 of them"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unsupported(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        unknown = sorted(set(data) - set(cls.model_fields) - set(UNSUPPORTED) - IGNORED)
+        if unknown:
+            raise refuse(
+                "invalid_field", f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0]
+            )
+        for name, off in UNSUPPORTED.items():
+            value = data.get(name)
+            if (
+                value is None
+                or value == off
+                or (name == "tool_choice" and value == "auto" and not data.get("tools"))
+            ):
+                continue
+            raise refuse("unsupported_field", f"'{name}' is not supported by this server", param=name)
+        if data.get("n") is not None and data["n"] != 1:
+            raise refuse(
+                "unsupported_field", "only one choice per request is supported ('n' must be 1)", param="n"
+            )
+        return data
+
+    @field_validator("stream_options")
+    @classmethod
+    def _only_for_streams(cls, options: dict | None, info: ValidationInfo) -> dict | None:
+        if options is not None and not info.data.get("stream"):
+            raise ValueError("only for stream: true")
+        return options
+
+    @field_validator("messages")
+    @classmethod
+    def _as_conversation(cls, messages: list[ChatMessage]) -> list[dict[str, str]]:
+        if all(message.role == "system" for message in messages):
+            raise refuse("invalid_field", "'messages' needs at least one user or assistant message")
+        return [message.model_dump() for message in messages]
+
+    @model_validator(mode="after")
+    def _answer_length(self) -> "ChatCompletionRequest":
+        self.max_tokens = self.max_completion_tokens or self.max_tokens or settings.CHAT_MAX_TOKENS
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+    @property
+    def sampling(self) -> dict:
+        """What the engine gets as it came: top_p, the penalties, seed, stop."""
+        names = ("top_p", "presence_penalty", "frequency_penalty", "seed", "stop")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 def chat_completion_request(data: dict) -> ChatCompletionRequest:
     """Check a `POST /v1/chat/completions` body; the Refusal names the first bad field (`param`)."""
-    _refuse_unsupported(data)
-    model = data.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid("model", "'model' must be the name of a model (GET /v1/models lists them)")
-    stream = _flag(data, "stream")
-    options = data.get("stream_options")
-    if options is not None and (not stream or not isinstance(options, dict)):
-        raise invalid("stream_options", "'stream_options' is an object, and only for stream: true")
-    include_usage = bool(options and options.get("include_usage"))
-    return ChatCompletionRequest(
-        model=model,
-        messages=_messages(data.get("messages")),
-        max_tokens=_max_tokens(data),
-        temperature=_temperature(data),
-        stream=stream,
-        include_usage=include_usage,
-        store=_flag(data, "store"),
-        min_tokens=_min_tokens(data),
-        sampling=_sampling(data),
-    )
+    return checked(ChatCompletionRequest, data)
 
 
 # Building responses.
