@@ -23,6 +23,7 @@ from httpkit.validation import TEMPERATURE_BOUNDS, checked
 from inference.access import models_for
 from inference.engine import engine_client
 from knowledge import quotes
+from knowledge.protocol import ConversationCollections
 from knowledge.selectors import collections_readable
 
 ACTION_BODY_BYTES = 64 * 1024
@@ -251,9 +252,7 @@ def conversation_collections(request: HttpRequest, data: dict, conversation_id: 
     rates.change_check(user_id=request.user.pk)
     if selectors.conversation_get(user=request.user, conversation_id=conversation_id) is None:
         raise not_found("conversation")
-    wanted = data.get("collections")
-    if not isinstance(wanted, list) or not all(type(pk) is int and 0 < pk < 2**63 for pk in wanted):
-        raise Refusal("invalid_field", "'collections' must be a list of collection ids")
+    wanted = checked(ConversationCollections, data).collections
     chosen = quotes.conversation_collections_set(
         conversation_id=conversation_id, user=request.user, collection_ids=wanted
     )

@@ -15,6 +15,7 @@ from apitokens.auth import TokenRefused, bearer_token, token_user
 from apitokens.models import Scope
 from httpkit.errors import Refusal, not_found, unauthenticated
 from httpkit.json import check_csrf, json_view, read_json
+from httpkit.validation import checked
 from inference.embeddings import EmbeddingError, embedding_client
 from knowledge import protocol, rates, search, selectors, services
 from knowledge.models import Collection
@@ -78,7 +79,7 @@ def collections(request: HttpRequest) -> HttpResponse:
     user = _user(request)
     if request.method == "GET":
         return JsonResponse({"collections": selectors.collection_summaries(user)})
-    fields = protocol.parsed(protocol.CollectionCreate, read_json(request, max_bytes=BODY_BYTES))
+    fields = checked(protocol.CollectionCreate, read_json(request, max_bytes=BODY_BYTES))
     collection = services.collection_create(
         owner=user,
         name=fields.name,
@@ -100,7 +101,7 @@ def collection(request: HttpRequest, collection_id: int) -> HttpResponse:
     if request.method == "DELETE":
         services.collection_delete(collection=target)
         return HttpResponse(status=204)
-    fields = protocol.parsed(protocol.CollectionChange, read_json(request, max_bytes=BODY_BYTES))
+    fields = checked(protocol.CollectionChange, read_json(request, max_bytes=BODY_BYTES))
     with transaction.atomic():
         if fields.name is not None or fields.description is not None:
             services.collection_update(collection=target, name=fields.name, description=fields.description)
@@ -155,7 +156,7 @@ def document(request: HttpRequest, collection_id: int, document_id: int) -> Http
 def collection_search(request: HttpRequest) -> HttpResponse:
     """The passages of the named collections that answer a query, best first."""
     user = _user(request)
-    asked = protocol.parsed(protocol.Search, read_json(request, max_bytes=BODY_BYTES))
+    asked = checked(protocol.Search, read_json(request, max_bytes=BODY_BYTES))
     query = asked.query.strip()
     if not query:
         raise Refusal("invalid_field", "'query': say what to search for", param="query")
