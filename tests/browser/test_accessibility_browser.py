@@ -12,8 +12,10 @@ from playwright.sync_api import expect
 
 from documents.uploads import DocumentInput
 from jobs import services as job_services
+from knowledge.services import collection_create
 from tests.chat_client import answered_turn, long_answer_conversation
 from tests.conftest import log_in
+from tests.knowledge_helpers import answered_with_sources
 
 pytestmark = pytest.mark.django_db(transaction=True)
 AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
@@ -85,6 +87,14 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
         expect(page.locator(dialog)).to_be_hidden()
         expect(page.locator(opener)).to_be_focused()  # focus comes back where it was
 
+    open_sources_and_collections(page, product_server, user)
+    assert_accessible(page, "chat, an answer's passage and the collections picker open")
+    page.focus("#prompt")
+    page.keyboard.type("#")
+    expect(page.locator("#collection-suggestions")).to_be_visible()
+    assert_accessible(page, "chat, the # list of collections open")
+    page.keyboard.press("Escape")
+
     page.click("#open-conversation-menu")
     page.click("#share-create")
     expect(page.locator("#share-url")).to_have_value(re.compile("/s/"))
@@ -98,6 +108,18 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
     page.fill("input[name=name]", "laptop")
     page.click("#new-key-form [type=submit]")
     assert_accessible(page, "/keys/ with a new key")
+
+
+def open_sources_and_collections(page, product_server: str, user) -> None:
+    """An answer with its sources, one passage open, and the collections picker open."""
+    passages = [("handbook.pdf", 3, "Annual leave: twenty-five days a year."), ("policies.md", None, "Ask.")]
+    turn = answered_with_sources(user, "How much leave?", "Twenty-five days [1], asked ahead [2].", passages)
+    collection_create(owner=user, name="Recipes")  # one more for the picker and `#` to offer
+    page.goto(f"{product_server}/c/{turn.conversation_id}/")
+    page.locator(".message.assistant a.cite").first.click()
+    expect(page.locator(".message.assistant .source-passage")).to_be_visible()
+    page.click("#collections-button")
+    expect(page.locator("#collections-menu")).to_be_visible()
 
 
 def test_the_staff_pages_have_no_serious_violations(context, product_server):
@@ -129,6 +151,8 @@ def test_the_dark_theme_has_no_serious_violations(browser, product_server):
         page.goto(f"{product_server}/c/{turn.conversation_id}/")
         expect(page.locator(".message.assistant button.continue")).to_be_visible()
         assert_accessible(page, "chat, dark")
+        open_sources_and_collections(page, product_server, user)
+        assert_accessible(page, "chat, an answer's passage and the collections picker open, dark")
         page.goto(product_server + "/usage/")
         assert_accessible(page, "usage, dark")
     finally:
