@@ -57,6 +57,12 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
     conversation = long_answer_conversation(user, max_tokens=200)
     log_in(page, product_server, "ada", "pw-ada-123456")
     assert_accessible(page, "chat, empty")
+    page.click("#collections-button")  # none yet: it says so, and where to make one
+    expect(page.locator("#collections-empty")).to_have_text("No collections yet")
+    expect(page.locator("#collections-menu a")).to_be_focused()
+    assert_accessible(page, "chat, the collections picker open with none")
+    page.keyboard.press("Escape")
+    expect(page.locator("#collections-menu")).to_be_hidden()
 
     page.goto(f"{product_server}/c/{conversation}/")
     page.fill("#prompt", "Tell me a long story about a lighthouse.")
