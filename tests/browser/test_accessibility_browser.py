@@ -12,7 +12,6 @@ from playwright.sync_api import expect
 
 from documents.uploads import DocumentInput
 from jobs import services as job_services
-from knowledge.services import collection_create
 from tests.chat_client import answered_turn, long_answer_conversation
 from tests.conftest import log_in
 from tests.knowledge_helpers import answered_with_sources
@@ -120,7 +119,7 @@ def open_sources_and_collections(page, product_server: str, user) -> None:
     """An answer with its sources, one passage open, and the collections picker open."""
     passages = [("handbook.pdf", 3, "Annual leave: twenty-five days a year."), ("policies.md", None, "Ask.")]
     turn = answered_with_sources(user, "How much leave?", "Twenty-five days [1], asked ahead [2].", passages)
-    collection_create(owner=user, name="Recipes")  # one more for the picker and `#` to offer
+    user.collections.create(name="Recipes")  # one more for the picker and `#` to offer
     page.goto(f"{product_server}/c/{turn.conversation_id}/")
     page.locator(".message.assistant a.cite").first.click()
     expect(page.locator(".message.assistant .source-passage")).to_be_visible()
