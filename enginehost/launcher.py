@@ -43,7 +43,8 @@ def nvidia_driver_present() -> bool:
 
 def check_model(variable: str, model: str, prepare: str) -> None:
     """A model is a local directory or a hub id: raise EngineStartError for a path that is neither."""
-    if model and not Path(model).exists() and "/" not in model:
+    # A hub id is `owner/name`, never a path from the root or the working directory.
+    if model and not Path(model).exists() and ("/" not in model or model.startswith(("/", "."))):
         raise EngineStartError(
             f"{variable}={model!r} is neither a local directory nor a hub id; "
             f"run `python manage.py {prepare}` for the default model"
