@@ -12,7 +12,7 @@ These tests read the rendered manifests and check them against the code (tests/t
 scans them and checks their hardening). No cluster or container engine ran here: neither the
 manifests nor deploy/Dockerfile have been applied or built.
 
-Why one module of about 920 lines: the manifests are rendered once (kubectl kustomize) and
+Why one module of about 960 lines: the manifests are rendered once (kubectl kustomize) and
 every check reads the same objects; split, each file would render them again.
 """
 
@@ -51,7 +51,14 @@ KUSTOMIZATION = ROOT / "deploy" / "k8s"
 # Checkov and kubernetes-validate: pinned by the Makefile (`make tools`), apart from the product's.
 TOOLS = ROOT / ".venv-tools" / "bin"
 # Each product workload's app.kubernetes.io/component label, and the Procfile process it runs.
-PROCESSES = {"web": "web", "worker": "worker", "beat": "beat", "bulk": "bulk", "engine": "inference"}
+PROCESSES = {
+    "web": "web",
+    "worker": "worker",
+    "beat": "beat",
+    "bulk": "bulk",
+    "engine": "inference",
+    "embeddings": "embeddings",
+}
 # Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy,
 # and the router runs vllm-router (through enginehost.routerlaunch) with service discovery
 # (router.yaml) instead of `runrouter`'s fixed replicas.
@@ -229,6 +236,9 @@ SECRETS_READ = {
     "prepare-model": {"SECRET_KEY"},
     "engine": {"SECRET_KEY", "REDIS_URL", "INFERENCE_API_KEY"},
     "router": {"INFERENCE_API_KEY"},
+    # The settings; the engine's key, which the embedding engine asks for too.
+    "prepare-embedding-model": {"SECRET_KEY"},
+    "embeddings": {"SECRET_KEY", "INFERENCE_API_KEY"},
 }
 
 
@@ -325,6 +335,7 @@ def test_only_the_products_own_pods_reach_the_engines_and_the_router(objects):
     for target, callers, ports in (
         ("engine", {"router", "web", "worker", "bulk"}, {8100}),
         ("router", {"web", "worker", "bulk"}, {8000, 29000}),
+        ("embeddings", {"web", "worker", "bulk"}, {8200}),
     ):
         [policy] = [p for p in policies if selected(p["spec"]["podSelector"], pods[target])]
         assert "Ingress" in policy["spec"]["policyTypes"]
@@ -518,6 +529,24 @@ def test_the_engine_serves_and_reports_ready_on_its_own_address(objects):
     budget = startup["periodSeconds"] * startup["failureThreshold"]
     assert budget >= setting(objects, "INFERENCE_STARTUP_TIMEOUT")
     assert int(engine["resources"]["limits"]["nvidia.com/gpu"]) == 1
+
+
+def test_the_embedding_engine_serves_on_its_own_address_behind_the_service_embedding_url_names(objects):
+    embeddings = main_container(workloads(objects)["embeddings"])
+    own = {variable["name"]: variable.get("value") for variable in embeddings.get("env", [])}
+    address = urlsplit(own["EMBEDDING_URL"])
+    # runembeddings binds its server to EMBEDDING_URL's host and port (enginehost/embedlaunch.py).
+    assert address.hostname == "0.0.0.0"
+    assert [p["containerPort"] for p in embeddings["ports"]] == [address.port]
+    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
+        request = embeddings[probe]["httpGet"]
+        assert (request["path"], port_number(embeddings, request["port"])) == ("/health", address.port), probe
+    service = urlsplit(config(objects)["EMBEDDING_URL"])
+    found = one(objects, "Service", service.hostname)
+    assert selected({"matchLabels": found["spec"]["selector"]}, pod_labels(workloads(objects)["embeddings"]))
+    assert [port["port"] for port in found["spec"]["ports"]] == [service.port]
+    prepare = pod_spec(workloads(objects)["embeddings"])["initContainers"][0]
+    assert prepare["command"] == ["sh", "-c", "exec python manage.py prepare_embedding_model"]
 
 
 def test_the_model_volume_holds_inference_model_where_prepare_model_writes_it(objects):
@@ -759,7 +788,12 @@ def test_every_pod_may_reach_only_what_its_process_connects_to(objects):
     # The managed services', outside the manifests: their ports, at any address.
     redis = {("any", "TCP", urlsplit(values["REDIS_URL"]).port)}
     database = {("any", "TCP", urlsplit(values["DATABASE_URL"]).port)}
-    inference = {("router", "TCP", 8000), ("router", "TCP", 29000), ("engine", "TCP", engine_port(objects))}
+    inference = {
+        ("router", "TCP", 8000),
+        ("router", "TCP", 29000),
+        ("engine", "TCP", engine_port(objects)),
+        ("embeddings", "TCP", 8200),
+    }
     expected = {
         # The chat, the API and the dashboard; the Celery workers' bulk jobs and housekeeping.
         "web": DNS | redis | database | inference,
@@ -770,6 +804,8 @@ def test_every_pod_may_reach_only_what_its_process_connects_to(objects):
         # runinference's start-up state in Redis; the model is on its volume.
         "engine": DNS | redis,
         "router": DNS | {("engine", "TCP", engine_port(objects))} | KUBERNETES_API,
+        # Its model is on its volume: the resolver alone.
+        "embeddings": DNS,
     }
     assert {component: egress_of(objects, component) for component in workloads(objects)} == expected
     # The engine, which runs the model: the resolver and Redis, and no other port anywhere.
