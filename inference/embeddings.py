@@ -42,7 +42,9 @@ class EmbeddingClient:
         self._options = {
             "base_url": url.rstrip("/"),
             "timeout": httpx.Timeout(timeout, connect=connect_timeout),
-            "headers": {"Authorization": f"Bearer {api_key}"} if api_key else {},
+            # vLLM's server refuses a body of any other type.
+            "headers": {"Content-Type": "application/json"}
+            | ({"Authorization": f"Bearer {api_key}"} if api_key else {}),
         }
         self._sync: httpx.Client | None = None
         self._async = PerLoop(lambda: httpx.AsyncClient(**self._options))
