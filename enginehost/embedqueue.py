@@ -43,7 +43,8 @@ class Work:
         self.vectors = [None] * len(self.texts)
         self._order = sorted(range(len(self.texts)), key=lambda i: -len(self.texts[i]))
         self._taken = 0
-        self._left = len(self.texts)
+        # Texts not yet embedded (taken or not).
+        self.left = len(self.texts)
 
     def take(self, room: int) -> list[int]:
         indices = self._order[self._taken : self._taken + room]
@@ -164,7 +165,7 @@ class Batcher:
     def _done_with(self, work: Work, count: int, error: BaseException | None) -> None:
         with self._ready:
             self._held[work.lane] -= count
-            work._left -= count
-            finished = error is not None or (work._left == 0 and not work.cancelled)
+            work.left -= count
+            finished = error is not None or (work.left == 0 and not work.cancelled)
         if finished:
             work.finish(work, error)
