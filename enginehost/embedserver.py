@@ -126,6 +126,12 @@ class Metrics:
         self.forward.labels(lane).observe(seconds)
 
 
+async def _disconnected(request: Request) -> None:
+    """Return once the request's client has gone (its body is read: the server says nothing else)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def error(
     status: int, message: str, *, kind: str = "invalid_request_error", param=None, code=None, headers=None
 ):
@@ -144,6 +150,9 @@ class EmbeddingServer:
             encoder, max_batch=max_batch, max_queue=max_queue, on_pass=self.metrics.on_pass
         )
         self.max_queue = max_queue
+        for lane in (QUERY, BULK):
+            # Read at each scrape.
+            self.metrics.waiting.labels(lane).set_function(lambda lane=lane: self.batcher.held(lane))
 
     def app(self) -> Starlette:
         return Starlette(
@@ -188,13 +197,17 @@ class EmbeddingServer:
             self.metrics.requests.labels(lane, "refused").inc()
             return error(429, f"The embedding engine is busy: {exc}.", kind="rate_limit_error",
                          code="busy", headers={"Retry-After": "1"})  # fmt: skip
-        self._gauge()
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            failure = await done
+            await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if not done.done():  # its client went away
+            gone.cancel()
+            if not done.done():  # its client went away: its texts waiting are dropped
                 self.batcher.cancel(work)
-            self._gauge()
+        if not done.done():
+            self.metrics.requests.labels(lane, "gone").inc()
+            return Response(status_code=499)
+        failure = done.result()
         self.metrics.queue_wait.labels(lane).observe((work.started or work.arrived) - work.arrived)
         if failure is not None:
             self.metrics.requests.labels(lane, "failed").inc()
@@ -225,10 +238,6 @@ class EmbeddingServer:
         ]
         usage = {"prompt_tokens": work.tokens, "total_tokens": work.tokens}
         return {"object": "list", "data": data, "model": self.name, "usage": usage}
-
-    def _gauge(self) -> None:
-        for lane in (QUERY, BULK):
-            self.metrics.waiting.labels(lane).set(self.batcher.held(lane))
 
     async def tokenize(self, request: Request) -> Response:
         try:

@@ -84,3 +84,15 @@ async def test_a_full_lane_refuses_more_of_its_kind_but_not_a_query(idle_url):
         assert breaker.state == CLOSED
         assert not bulk.done()
         assert (await bulk).status_code == 200
+
+
+async def test_an_ingestion_batch_whose_client_went_away_is_embedded_no_further(idle_url):
+    before = embedding_metric(idle_url, "embedding_forward_passes_total", lane="bulk")
+    async with httpx.AsyncClient(base_url=idle_url, headers=AUTH) as client:
+        bulk = asyncio.create_task(embed(client, BULK))
+        await bulk_started(idle_url, before)
+        bulk.cancel()
+    assert await until(lambda: embedding_metric(idle_url, "embedding_queue_texts", lane="bulk") == 0, 120)
+    passes = embedding_metric(idle_url, "embedding_forward_passes_total", lane="bulk") - before
+    assert passes < LANE
+    assert embedding_metric(idle_url, "embedding_requests_total", lane="bulk", outcome="gone") == 1
