@@ -8,16 +8,18 @@ Routes: POST /v1/embeddings (OpenAI's request and response: `input` a string or 
 POST /tokenize (vLLM's shape), GET /v1/models, GET /health, GET /metrics (Prometheus). With
 INFERENCE_API_KEY in its environment, the engine's key guard asks for it on every route but
 /health, as on the chat engine. Texts are batched by enginehost.embedqueue; each vector is the mean
-of the model's last hidden states over the text's tokens, L2-normalised, as sentence-transformers
-computes it for this model. Nothing here imports Django: the launcher (enginehost.embedlaunch)
-starts it as a child process with only the environment it reads.
+of the model's last hidden states over the text's tokens (or its first token's, for a checkpoint
+that pools so), L2-normalised, as sentence-transformers computes it. Nothing here imports Django:
+the launcher (enginehost.embedlaunch) starts it as a child process with only the environment it reads.
 """
 
 import argparse
 import asyncio
 import base64
 import contextlib
+import json
 import os
+from pathlib import Path
 from typing import Literal
 
 import uvicorn
@@ -63,6 +65,15 @@ class TokenizeRequest(BaseModel):
     add_special_tokens: bool = True
 
 
+def pooling_mode(model: str) -> str:
+    """How a sentence-transformers checkpoint pools its tokens into one vector: "cls" (BGE, GTE) or
+    "mean" (MiniLM, and a checkpoint that does not say)."""
+    config = Path(model) / "1_Pooling" / "config.json"
+    if config.is_file() and json.loads(config.read_text()).get("pooling_mode_cls_token"):
+        return "cls"
+    return "mean"
+
+
 class Encoder:
     """The model on this process's cores: texts in, unit vectors (float32) and token counts out."""
 
@@ -76,6 +87,7 @@ class Encoder:
         self.model = AutoModel.from_pretrained(model).eval()
         self.max_tokens = max_tokens
         self.dimensions = self.model.config.hidden_size
+        self.cls_pooling = pooling_mode(model) == "cls"
 
     def __call__(self, texts: list[str]):
         torch = self._torch
@@ -84,8 +96,11 @@ class Encoder:
         )
         with torch.inference_mode():
             hidden = self.model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            if self.cls_pooling:
+                pooled = hidden[:, 0]
+            else:
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             vectors = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return vectors.numpy(), batch["attention_mask"].sum(1).tolist()
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from enginehost.embedserver import pooling_mode
 from tests.engine.embedding_servers import AUTH, KEY, embedding_metric
 
 MODEL = "all-minilm-l6-v2"
@@ -136,3 +137,10 @@ def test_it_counts_requests_texts_tokens_and_passes_in_its_metrics(embedding_url
         "embedding_queue_wait_seconds_count",
     ):
         assert embedding_metric(embedding_url, name) > 0, name
+
+
+def test_a_checkpoint_pools_as_its_sentence_transformers_config_says(tmp_path):
+    assert pooling_mode(str(tmp_path)) == "mean"
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    assert pooling_mode(str(tmp_path)) == "cls"
