@@ -1,8 +1,8 @@
 """Benchmark 10: embedding a knowledge collection, three ways, in one run.
 
-The same texts (about 120 tokens each, as ingestion's chunks) embedded by (a) transformers in this
-process alone (the model, mean pooling, a batch at a time, torch on every core), (b) vLLM's pooling
-runner alone (`EMBEDDING_RUNNER=vllm`: its server, requests of a batch each, a few in flight), and
+The same texts (about 90 tokens each, as ingestion's chunks) embedded by (a) transformers in a
+process alone (the model, mean pooling, a batch at a time, torch on every core, no HTTP), (b) vLLM's
+pooling runner alone (`EMBEDDING_RUNNER=vllm`: its server, requests of a batch each, two in flight), and
 (c) the product's embedding server over HTTP as ingestion sends to it (`EMBEDDING_RUNNER=transformers`:
 `runembeddings`' server, inference.embeddings' client, two workers sending a batch each at a time,
 as the Celery worker's two processes do). Tokens/s and texts/s of each, per core; and the time a
@@ -11,10 +11,14 @@ Target: (c) at least 0.8x the faster of (a) and (b), per core. It decides which 
 uses on CPU (docs/benchmarks.md).
 """
 
+import argparse
 import contextlib
+import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -42,7 +46,7 @@ WORDS = (
 
 
 def corpus(count: int, words: int = 90, seed: int = 40) -> list[str]:
-    """`count` texts of `words` words (about 120 tokens each), the same in every run."""
+    """`count` texts of `words` words (about 90 tokens each), the same in every run."""
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(words)) + "." for _ in range(count)]
 
@@ -62,13 +66,26 @@ def rates(texts: int, tokens: int, seconds: float) -> dict:
     }
 
 
-def in_process(encoder, texts: list[str], batch: int) -> dict:
-    """(a): the model in this process, `batch` texts a forward pass."""
+def in_process(count: int, batch: int) -> dict:
+    """(a): the model in a process of its own, `batch` texts a forward pass. Its own session, as the
+    servers' (EngineProcess): where the kernel shares the cores out by session (autogroup), each
+    path gets the same share of a busy host."""
+    command = [sys.executable, "-m", "bench.bench_embeddings", "--alone", str(count), str(batch)]
+    done = subprocess.run(command, capture_output=True, text=True, start_new_session=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def alone(count: int, batch: int) -> None:
+    """The body of `in_process`' process: prints its rates as JSON."""
+    from enginehost.embedserver import Encoder
+
+    texts = corpus(count)
+    encoder = Encoder(settings.EMBEDDING_MODEL, settings.EMBEDDING_MAX_TOKENS, threads=cores())
     encoder(texts[:batch])  # warm
     started, tokens = time.perf_counter(), 0
     for start in range(0, len(texts), batch):
         tokens += sum(encoder(texts[start : start + batch])[1])
-    return rates(len(texts), tokens, time.perf_counter() - started)
+    print(json.dumps(rates(len(texts), tokens, time.perf_counter() - started)))
 
 
 def new_client(url: str) -> EmbeddingClient:
@@ -154,33 +171,36 @@ def best(runs: list[dict]) -> dict:
 
 
 def parser():
-    return arguments(__doc__.splitlines()[0])
+    def extra(parser) -> None:
+        parser.add_argument("--alone", type=int, nargs=2, metavar=("TEXTS", "BATCH"), help=argparse.SUPPRESS)
+
+    return arguments(__doc__.splitlines()[0], extra)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    from enginehost.embedserver import Encoder
-
+def main(argv: list[str] | None = None) -> dict | None:
     options = parser().parse_args(argv)
+    if options.alone:
+        return alone(*options.alone)
     prepare_embedding_model(Path(settings.EMBEDDING_MODEL), report=print)
-    texts = corpus(256 if options.quick else 768)
+    count = 256 if options.quick else 768
+    texts = corpus(count)
     repeats = options.repeats or (2 if options.quick else 3)
-    encoder = Encoder(settings.EMBEDDING_MODEL, settings.EMBEDDING_MAX_TOKENS, threads=cores())
-    # Every path reads the same tokens: the model's own count.
-    tokens = in_process(encoder, texts, settings.EMBEDDING_MAX_BATCH)["tokens"]
-    alone, product = [], []
+    direct, product, tokens = [], [], 0
     with served("transformers") as url:
         # (a) and (c) in turn, so that a busy moment of the host falls on both alike.
         for _ in range(repeats):
-            alone.append(in_process(encoder, texts, settings.EMBEDDING_MAX_BATCH))
+            direct.append(in_process(count, settings.EMBEDDING_MAX_BATCH))
+            # Every path reads the same tokens: the model's own count.
+            tokens = direct[-1]["tokens"]
             product.append(over_http(url, texts, tokens, queries=True))
-            print("in process", alone[-1]["tokens_per_s"], "product", product[-1], flush=True)
-    batches = {batch: in_process(encoder, texts, batch) for batch in (8, 16, 32, 64)}
+            print("in process", direct[-1]["tokens_per_s"], "product", product[-1], flush=True)
+    batches = {batch: in_process(count, batch) for batch in (8, 16, 32, 64)}
     print("by batch", {batch: run["tokens_per_s"] for batch, run in batches.items()}, flush=True)
     with served("vllm") as url:
         pooling = [over_http(url, texts, tokens) for _ in range(repeats)]
     print("vllm", [run["tokens_per_s"] for run in pooling], flush=True)
-    alone, product, pooling = best(alone), best(product), best(pooling)
-    faster = max(alone["tokens_per_s"], pooling["tokens_per_s"])
+    direct, product, pooling = best(direct), best(product), best(pooling)
+    faster = max(direct["tokens_per_s"], pooling["tokens_per_s"])
     result = {
         "benchmark": "embeddings",
         "quick": options.quick,
@@ -189,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
         "workers": WORKERS,
         "max_batch": settings.EMBEDDING_MAX_BATCH,
         "model": settings.EMBEDDING_MODEL_NAME,
-        "in_process": alone,
+        "in_process": direct,
         "in_process_by_batch": batches,
         "vllm": pooling,
         "product": product,
