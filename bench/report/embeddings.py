@@ -20,8 +20,8 @@ def section(result: dict, folder: Path) -> str:
         [
             "## 10. Knowledge: embedding",
             f"{alone['texts']} texts of about {alone['tokens'] // alone['texts']} tokens embedded by "
-            f"{result['model']} on {result['cores']} cores: (a) transformers in the benchmark's "
-            f"process alone, {result['max_batch']} texts a forward pass; (b) vLLM's pooling runner "
+            f"{result['model']} on {result['cores']} cores: (a) transformers in a process alone (no "
+            f"HTTP), {result['max_batch']} texts a forward pass; (b) vLLM's pooling runner "
             f"alone (`EMBEDDING_RUNNER=vllm`); (c) the product's embedding server over HTTP as "
             f"ingestion sends to it ({result['workers']} workers, {result['batch']} texts a request, "
             "through `inference.embeddings`), with a question's embedding every 0.2 s beside it.",
