@@ -14,6 +14,7 @@ from bench.report import (
     batching,
     binding,
     defaults,
+    embeddings,
     knee,
     machine,
     prefix,
@@ -42,6 +43,7 @@ SECTIONS = {
     "router": router,
     "defaults": defaults,
     "binding": binding,
+    "embeddings": embeddings,
 }
 TITLE = "# Benchmarks"
 INTRO = """`make bench` runs the benchmarks in `bench/` and rewrites this page, its charts and the JSON

@@ -18,6 +18,7 @@ MODULES = [
     "bench_router",
     "bench_defaults",
     "bench_binding",
+    "bench_embeddings",
 ]
 # Every `python -m bench.<name>` there is, the benchmarks' entry points included.
 ENTRY_POINTS = [*MODULES, "bench_bulk_chat", "report.__main__", "load.run", "fast_engine"]
