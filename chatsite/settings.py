@@ -5,6 +5,7 @@ jobs, monitoring, Celery's schedule, security). A value's own range is checked a
 rules across several settings are system checks (chatsite/checks.py and each app's checks.py)."""
 
 import ipaddress
+import shutil
 from pathlib import Path
 
 import dj_database_url
@@ -252,6 +253,31 @@ INFERENCE_API_KEY = env_secret("INFERENCE_API_KEY")
 # The circuit breaker in front of the engine (inference.breaker).
 INFERENCE_BREAKER_FAILURES = env_int("INFERENCE_BREAKER_FAILURES", 5, minimum=1)
 INFERENCE_BREAKER_COOL_DOWN = env_float("INFERENCE_BREAKER_COOL_DOWN", 10.0, minimum=0.1)
+
+# The embedding engine (`runembeddings`, enginehost.embedlaunch; inference.embeddings is its client).
+# It asks for INFERENCE_API_KEY as the chat engine does. Its runner: the product's own server on
+# transformers, or vLLM's pooling runner, the faster of the two on a GPU (docs/benchmarks.md).
+EMBEDDING_URL = env_str("EMBEDDING_URL", "http://127.0.0.1:8200")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", str(DATA_DIR / "models" / "all-MiniLM-L6-v2"))
+EMBEDDING_MODEL_NAME = env_str("EMBEDDING_MODEL_NAME", "all-minilm-l6-v2")
+EMBEDDING_RUNNER = env_choice(
+    "EMBEDDING_RUNNER", "vllm" if shutil.which("nvidia-smi") else "transformers", {"transformers", "vllm"}
+)
+# The vector's length; the launcher checks it against the model's own (its config's hidden_size).
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1)
+# Tokens of a text the model reads; the rest is cut off (the default model was trained on 256).
+EMBEDDING_MAX_TOKENS = env_int("EMBEDDING_MAX_TOKENS", 256, minimum=8)
+# Texts per forward pass, and texts each lane (queries, bulk) may hold waiting before it refuses.
+EMBEDDING_MAX_BATCH = env_int("EMBEDDING_MAX_BATCH", 32, minimum=1)
+EMBEDDING_MAX_QUEUE = env_int("EMBEDDING_MAX_QUEUE", 4096, minimum=1)
+# A request of at most this many texts, without a priority of its own, is a query: served first.
+EMBEDDING_QUERY_TEXTS = env_int("EMBEDDING_QUERY_TEXTS", 4, minimum=1)
+EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 120.0, minimum=0.1)
+# The share of a GPU's memory vLLM's pooling runner takes; the chat engine's share
+# (INFERENCE_GPU_MEMORY_UTILIZATION) must leave it room on a GPU they share.
+EMBEDDING_GPU_MEMORY_UTILIZATION = env_float(
+    "EMBEDDING_GPU_MEMORY_UTILIZATION", 0.05, minimum=0.01, maximum=1.0
+)
 
 # The chat (chat/, answers/, conversations/).
 # What an answer is asked for.

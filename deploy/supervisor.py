@@ -33,7 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # rest (answers.drain); Celery finishes its task.
 # How long a web process of several must have run before the next one of a rolling restart stops.
 WEB_START_SECONDS = 5
-STOP_WAIT = {"inference": 30, "web": int(web_drain_seconds()) + 10, "worker": 60, "bulk": 60, "router": 10}
+STOP_WAIT = {
+    "inference": 30,
+    "embeddings": 30,
+    "web": int(web_drain_seconds()) + 10,
+    "worker": 60,
+    "bulk": 60,
+    "router": 10,
+}
 
 
 def procfile(path: Path = ROOT / "Procfile") -> dict[str, str]:

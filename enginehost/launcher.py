@@ -36,6 +36,16 @@ def nvidia_driver_present() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+def check_model(variable: str, model: str, prepare: str) -> None:
+    """A model is a local directory or a hub id: raise EngineStartError for a path that is neither."""
+    # A hub id is `owner/name`, never a path from the root or the working directory.
+    if model and not Path(model).exists() and ("/" not in model or model.startswith(("/", "."))):
+        raise EngineStartError(
+            f"{variable}={model!r} is neither a local directory nor a hub id; "
+            f"run `python manage.py {prepare}` for the default model"
+        )
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     model: str
@@ -90,6 +100,10 @@ class EngineConfig:
             nice=settings.INFERENCE_NICE,
             api_key=settings.INFERENCE_API_KEY,
         )
+
+    def check(self) -> None:
+        """Raise EngineStartError for a configuration that cannot start."""
+        check_model("INFERENCE_MODEL", self.model, "prepare_model")
 
     def command(self) -> list[str]:
         address = urlsplit(self.url)
@@ -234,7 +248,8 @@ def phase_of(line: str) -> str | None:
 
 
 class EngineProcess:
-    """The running server: its process, the tail of its output, what it is doing while it
+    """The running server (of an EngineConfig, or of another config with the same methods:
+    enginehost.embedlaunch's): its process, the tail of its output, what it is doing while it
     starts (`phase`), and a health wait."""
 
     def __init__(self, config: EngineConfig, output: IO[str] | None = None) -> None:
@@ -246,11 +261,7 @@ class EngineProcess:
         self._pump_thread: Thread | None = None
 
     def start(self) -> None:
-        if self.config.model and not Path(self.config.model).exists() and "/" not in self.config.model:
-            raise EngineStartError(
-                f"INFERENCE_MODEL={self.config.model!r} is neither a local directory nor a hub id; "
-                "run `python manage.py prepare_model` for the default model"
-            )
+        self.config.check()
         self.process = subprocess.Popen(
             self.config.command(),
             env=self.config.environment(),

@@ -83,6 +83,20 @@ class CircuitBreaker:
         """The call ended without telling anything about the engine (stopped, refused)."""
         self._probing = False
 
+    def record(self, exc: BaseException | None) -> None:
+        """Record how a call ended: without an exception, with a failure of the engine (an
+        unreachable one is told when to try again), or otherwise (neutral)."""
+        if exc is None:
+            self.record_success()
+        elif isinstance(exc, EngineError) and exc.code in _FAILURE_CODES:
+            self.record_failure()
+            if exc.code == "engine_unavailable":
+                # Unreachable (down, or restarting after a crash): say when to try again, as the
+                # open circuit does; at least a second, the remaining cool-down once it opened.
+                exc.extra.setdefault("retry_after", round(max(self.retry_after(), 1.0), 1))
+        else:
+            self.record_neutral()
+
 
 class GuardedEngineClient:
     """An EngineClient that passes every call through a CircuitBreaker."""
@@ -90,18 +104,6 @@ class GuardedEngineClient:
     def __init__(self, inner: EngineClient, breaker: CircuitBreaker) -> None:
         self.inner = inner
         self.breaker = breaker
-
-    def _guard(self, exc: BaseException | None) -> None:
-        if exc is None:
-            self.breaker.record_success()
-        elif isinstance(exc, EngineError) and exc.code in _FAILURE_CODES:
-            self.breaker.record_failure()
-            if exc.code == "engine_unavailable":
-                # Unreachable (down, or restarting after a crash): say when to try again, as the
-                # open circuit does; at least a second, the remaining cool-down once it opened.
-                exc.extra.setdefault("retry_after", round(max(self.breaker.retry_after(), 1.0), 1))
-        else:
-            self.breaker.record_neutral()
 
     async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
         self.breaker.before_call()
@@ -113,16 +115,16 @@ class GuardedEngineClient:
             outcome = exc
             raise
         finally:
-            self._guard(outcome)
+            self.breaker.record(outcome)
 
     async def _call(self, method: Callable[..., Awaitable[T]], *args) -> T:
         self.breaker.before_call()
         try:
             result = await method(*args)
         except BaseException as exc:
-            self._guard(exc)
+            self.breaker.record(exc)
             raise
-        self._guard(None)
+        self.breaker.record(None)
         return result
 
     async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:

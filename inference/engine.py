@@ -4,6 +4,8 @@
   sends each request to the engine that serves the request's model (`served_models()`).
 - `new_engine_client()`: a client of its own, behind a breaker of its own, for work on an
   event loop of its own (a bulk job's run); the caller closes it.
+- `embedding_client()`: the embedding engine's client (texts to vectors), behind a breaker of its
+  own, for Celery tasks (`embed`) and the web process (`aembed`); `embedding_health()` probes it.
 - `engine_probe()`: what the engines behind INFERENCE_URL (the router's replicas, or the one
   engine) are doing, read by inference.topology: the bulk shaper's load, and through
   `engine_health()`, `engine_replicas()` and `engine_metrics()`, /healthz and the staff dashboard.
@@ -24,6 +26,7 @@ from inference.client import (
     ReplicaMetrics,
     TextDelta,
 )
+from inference.embeddings import EmbeddingClient
 from inference.topology import EngineTopology
 
 
@@ -111,3 +114,29 @@ def engine_replicas() -> list[tuple[str, bool | None]]:
 
 def engine_metrics() -> list[ReplicaMetrics]:
     return engine_probe().metrics()
+
+
+def new_embedding_client(*, url: str | None = None) -> EmbeddingClient:
+    """A client of the embedding engine (EMBEDDING_URL, or `url`), behind a breaker of its own."""
+    return EmbeddingClient(
+        url or settings.EMBEDDING_URL,
+        settings.EMBEDDING_MODEL_NAME,
+        breaker=CircuitBreaker(
+            failure_threshold=settings.INFERENCE_BREAKER_FAILURES,
+            cool_down=settings.INFERENCE_BREAKER_COOL_DOWN,
+        ),
+        timeout=settings.EMBEDDING_TIMEOUT,
+        connect_timeout=settings.INFERENCE_CONNECT_TIMEOUT,
+        api_key=settings.INFERENCE_API_KEY,
+    )
+
+
+@functools.cache
+def embedding_client() -> EmbeddingClient:
+    """The client every caller of this process shares (ingestion's tasks, the chat's questions)."""
+    return new_embedding_client()
+
+
+def embedding_health() -> str:
+    """ "ok", or "error: ..." saying why the embedding engine does not answer its health probe (blocks)."""
+    return EngineTopology(settings.EMBEDDING_URL, api_key=settings.INFERENCE_API_KEY).health()

@@ -16,7 +16,8 @@ from apitokens.models import Scope
 from httpkit.errors import Refusal, not_found, unauthenticated
 from httpkit.json import check_csrf, json_view, read_json
 from httpkit.validation import checked
-from inference.embeddings import EmbeddingError, embedding_client
+from inference.client import EngineError
+from inference.engine import embedding_client
 from knowledge import protocol, rates, search, selectors, services
 from knowledge.models import Collection
 
@@ -169,7 +170,9 @@ def collection_search(request: HttpRequest) -> HttpResponse:
     if asked.mode != "text":
         try:
             vector = embedding_client().embed([query], priority="query")[0]
-        except EmbeddingError:
+        except EngineError as exc:
+            if exc.code == "busy":
+                raise Refusal("busy", "the embedding engine is busy", **exc.extra) from None
             raise Refusal("engine_unavailable", "the embedding engine is not answering") from None
     found = search.passages(
         question=query,

@@ -19,7 +19,8 @@ import redisconn
 from answers.admission import active_count
 from documents.reader import document_text
 from documents.text import DocumentError
-from inference.embeddings import EmbeddingError, embedding_client
+from inference.client import EngineError
+from inference.engine import embedding_client
 from knowledge import chunking, claims
 from knowledge.models import Document
 from redisconn import keys
@@ -97,7 +98,7 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
         batch, todo = todo[:size], todo[size:]
         try:
             vectors = await embedder.aembed([piece.text for piece in batch], priority="bulk")
-        except EmbeddingError as exc:
+        except EngineError as exc:
             log.warning("document %s: embedding engine unavailable (%s); given back", document.pk, exc)
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
             raise
@@ -133,7 +134,7 @@ async def index_collection(*, collection_id: int, worker: str, seconds: float) -
                 return "done"
             try:
                 await index_document(document, worker=worker, embedder=embedder, r=r, lock=lock)
-            except EmbeddingError:
+            except EngineError:
                 return "engine_unavailable"
         return "continue"
     finally:

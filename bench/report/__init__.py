@@ -14,6 +14,7 @@ from bench.report import (
     batching,
     binding,
     defaults,
+    embeddings,
     knee,
     knowledge,
     machine,
@@ -43,6 +44,7 @@ SECTIONS = {
     "router": router,
     "defaults": defaults,
     "binding": binding,
+    "embeddings": embeddings,
     "knowledge": knowledge,
 }
 TITLE = "# Benchmarks"

@@ -1,8 +1,6 @@
 """What `POST /v1/chat/completions` answers each request body with: a refusal's status and OpenAI
 error (message, type, param, code), or what the engine is asked for. The table pins the checks
 users meet, whatever carries them out.
-
-Why one module of about 490 lines: one table of bodies, a row each, most of them refusals.
 """
 
 import json

@@ -18,6 +18,7 @@ MODULES = [
     "bench_router",
     "bench_defaults",
     "bench_binding",
+    "bench_embeddings",
     "bench_knowledge",
 ]
 # Every `python -m bench.<name>` there is, the benchmarks' entry points included.

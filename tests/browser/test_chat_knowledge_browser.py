@@ -16,7 +16,7 @@ from tests.conftest import log_in
 from tests.knowledge.test_knowledge_chat_end_to_end import HANDBOOK, LEAVE
 from tests.knowledge_helpers import answered_with_sources, indexed_collection
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 PICTURES = Path(__file__).resolve().parents[2] / ("docs" if os.environ.get("UPDATE_SCREENSHOTS") else "var")
 
 

@@ -10,7 +10,7 @@ from knowledge import services
 from knowledge.models import Collection, Document
 from tests.conftest import log_in
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
 
 def test_it_uploads_two_files_watches_them_become_ready_and_deletes_one(

@@ -2,8 +2,6 @@
 `chat.error` frame), the HTTP stream's bodies (`POST /chat/stream`, `POST /chat/stop`) and the
 page's JSON actions (settings, rename, flags, the version shown). The table pins the checks users
 meet, whatever carries them out.
-
-Why one module of about 530 lines: one table per surface, a row per input.
 """
 
 import json

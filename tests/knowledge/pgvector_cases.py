@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from inference.embeddings import embedding_client
+from inference.engine import embedding_client
 from knowledge import indexing, services, vectors
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
 
 def test_the_database_has_the_vector_index():

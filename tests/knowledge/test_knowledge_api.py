@@ -21,7 +21,7 @@ from apitokens.services import token_issue
 from knowledge import indexing, services
 from knowledge.models import Collection, Document
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("embedding_engine")]
 
 MISSING = 987_654_321
 JSON = "application/json"

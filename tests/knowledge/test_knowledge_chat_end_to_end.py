@@ -14,7 +14,7 @@ from knowledge import indexing, quotes, services
 from knowledge.models import Collection, Quote
 from tests.chat_client import collect_answer, open_chat, send
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
 # One document of a few passages, each long enough that passages are most of a prompt, as real ones
 # are (the prefix cache serves whole blocks of 32 tokens), and each about leave, so the first question

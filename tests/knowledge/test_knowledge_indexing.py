@@ -12,12 +12,12 @@ from django.test import override_settings
 from django.utils import timezone
 
 from httpkit.errors import Refusal
-from inference.embeddings import embedding_client
+from inference.engine import embedding_client
 from knowledge import chunking, claims, fulltext, indexing, services
 from knowledge.models import Chunk, Document
 from tests.jobs_pdf import pdf_with_text
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
 
 def upload(name: str, text: str | bytes) -> SimpleUploadedFile:

@@ -7,10 +7,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from inference.embeddings import embedding_client
+from inference.engine import embedding_client
 from knowledge import indexing, search, services
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
 FACTS = {
     "parking.txt": "Staff may park in the north garage; visitors use the south lot after nine.",

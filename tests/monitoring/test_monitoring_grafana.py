@@ -126,12 +126,15 @@ def test_it_tells_a_metric_from_its_suffixes_functions_labels_and_variables(engi
 def test_it_scrapes_the_web_tier_with_its_token_and_each_engine():
     config = yaml.safe_load(PROMETHEUS.read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert set(jobs) == {"chat-web", "vllm"}
-    web, engine = jobs["chat-web"], jobs["vllm"]
-    assert web["metrics_path"] == engine["metrics_path"] == "/metrics"
+    assert set(jobs) == {"chat-web", "vllm", "embeddings"}
+    web, engine, embeddings = jobs["chat-web"], jobs["vllm"], jobs["embeddings"]
+    assert web["metrics_path"] == engine["metrics_path"] == embeddings["metrics_path"] == "/metrics"
     assert web["authorization"]["type"] == "Bearer" and web["authorization"]["credentials_file"]
     assert web["static_configs"][0]["targets"] == ["127.0.0.1:8000"]
     assert engine["static_configs"][0]["targets"] == ["127.0.0.1:8100"]
+    # The embedding engine asks for the engines' key (enginehost.keyguard) at EMBEDDING_URL.
+    assert embeddings["authorization"] == engine["authorization"]
+    assert embeddings["static_configs"][0]["targets"] == ["127.0.0.1:8200"]
 
 
 def test_it_ships_a_dashboard_grafana_can_import_with_any_prometheus():

@@ -25,7 +25,14 @@ TOOLS = ROOT / ".venv-tools" / "bin"
 
 
 # Each product workload's app.kubernetes.io/component label, and the Procfile process it runs.
-PROCESSES = {"web": "web", "worker": "worker", "beat": "beat", "bulk": "bulk", "engine": "inference"}
+PROCESSES = {
+    "web": "web",
+    "worker": "worker",
+    "beat": "beat",
+    "bulk": "bulk",
+    "engine": "inference",
+    "embeddings": "embeddings",
+}
 
 
 # Procfile processes Kubernetes does without: Redis is a managed service, ingress-nginx is the proxy,

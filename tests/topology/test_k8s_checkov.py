@@ -161,6 +161,10 @@ def written_paths(objects: list[dict]) -> dict[str, set[PurePosixPath]]:
     # keep their caches and settings in the home.
     for name in ("prepare-model", "engine"):
         paths[name] |= {model.parent, PurePosixPath(home)}
+    # prepare_embedding_model likewise; the embedding server's torch and Hugging Face caches.
+    embedding_model = PurePosixPath(config(objects)["EMBEDDING_MODEL"])
+    for name in ("prepare-embedding-model", "embeddings"):
+        paths[name] |= {embedding_model.parent, PurePosixPath(home)}
     return paths
 
 

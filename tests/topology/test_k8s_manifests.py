@@ -96,6 +96,9 @@ SECRETS_READ = {
     "migrate": {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "STAFF_PASSWORD", "DEMO_PASSWORD"},
     # The settings (production mode needs the key); the engine's start-up state in Redis; its own key.
     "prepare-model": {"SECRET_KEY"},
+    # The settings; the engine's key, which the embedding engine asks for too.
+    "prepare-embedding-model": {"SECRET_KEY"},
+    "embeddings": {"SECRET_KEY", "INFERENCE_API_KEY"},
     "engine": {"SECRET_KEY", "REDIS_URL", "INFERENCE_API_KEY"},
     "router": {"INFERENCE_API_KEY"},
 }
@@ -354,3 +357,21 @@ def test_the_manifests_are_valid_kubernetes_objects(tmp_path):
         [*command, "--strict", "--quiet", rendered], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_embedding_engine_serves_on_its_own_address_behind_the_service_embedding_url_names(objects):
+    embeddings = main_container(workloads(objects)["embeddings"])
+    own = {variable["name"]: variable.get("value") for variable in embeddings.get("env", [])}
+    address = urlsplit(own["EMBEDDING_URL"])
+    # runembeddings binds its server to EMBEDDING_URL's host and port (enginehost/embedlaunch.py).
+    assert address.hostname == "0.0.0.0"
+    assert [p["containerPort"] for p in embeddings["ports"]] == [address.port]
+    for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
+        request = embeddings[probe]["httpGet"]
+        assert (request["path"], port_number(embeddings, request["port"])) == ("/health", address.port), probe
+    service = urlsplit(config(objects)["EMBEDDING_URL"])
+    found = one(objects, "Service", service.hostname)
+    assert found["spec"]["selector"].items() <= pod_labels(workloads(objects)["embeddings"]).items()
+    assert [port["port"] for port in found["spec"]["ports"]] == [service.port]
+    prepare = pod_spec(workloads(objects)["embeddings"])["initContainers"][0]
+    assert prepare["command"] == ["sh", "-c", "exec python manage.py prepare_embedding_model"]

@@ -31,6 +31,7 @@ def test_only_the_products_own_pods_reach_the_engines_and_the_router(objects):
     for target, callers, ports in (
         ("engine", {"router", "web", "worker", "bulk"}, {8100}),
         ("router", {"web", "worker", "bulk"}, {8000, 29000}),
+        ("embeddings", {"web", "worker", "bulk"}, {8200}),
     ):
         [policy] = [p for p in policies if selected(p["spec"]["podSelector"], pods[target])]
         assert "Ingress" in policy["spec"]["policyTypes"]
@@ -120,7 +121,12 @@ def test_every_pod_may_reach_only_what_its_process_connects_to(objects):
     # The managed services', outside the manifests: their ports, at any address.
     redis = {("any", "TCP", urlsplit(values["REDIS_URL"]).port)}
     database = {("any", "TCP", urlsplit(values["DATABASE_URL"]).port)}
-    inference = {("router", "TCP", 8000), ("router", "TCP", 29000), ("engine", "TCP", engine_port(objects))}
+    inference = {
+        ("router", "TCP", 8000),
+        ("router", "TCP", 29000),
+        ("engine", "TCP", engine_port(objects)),
+        ("embeddings", "TCP", 8200),
+    }
     expected = {
         # The chat, the API and the dashboard; the Celery workers' bulk jobs and housekeeping.
         "web": DNS | redis | database | inference,
@@ -130,6 +136,8 @@ def test_every_pod_may_reach_only_what_its_process_connects_to(objects):
         "migrate": DNS | redis | database,
         # runinference's start-up state in Redis; the model is on its volume.
         "engine": DNS | redis,
+        # Its model is on its volume: the resolver alone.
+        "embeddings": DNS,
         "router": DNS | {("engine", "TCP", engine_port(objects))} | KUBERNETES_API,
     }
     assert {component: egress_of(objects, component) for component in workloads(objects)} == expected
