@@ -186,6 +186,7 @@ bench: prepare install-dev
 	$(BIN)/python -m bench.bench_defaults $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_binding $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_embeddings $(BENCH_FLAGS)
+	$(BIN)/python -m bench.bench_knowledge $(BENCH_FLAGS)
 	$(BIN)/python -m bench.bench_streaming --web-processes 2 --levels 16 32 $(BENCH_FLAGS)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(MANAGE) migrate --noinput)
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS))

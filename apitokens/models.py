@@ -10,6 +10,7 @@ class Scope(models.TextChoices):
     STORE_READ = "store.read", "Read the conversation store"
     JOBS_SUBMIT = "jobs.submit", "Submit and read bulk jobs"
     OPENAI = "openai", "Call the OpenAI-compatible API (/v1/)"
+    KNOWLEDGE = "knowledge", "Read and search collections, upload documents"
 
 
 class ApiToken(models.Model):

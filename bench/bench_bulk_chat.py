@@ -38,9 +38,9 @@ from django.contrib.auth import get_user_model
 from bench import setup
 from bench.processes import PRODUCTION, engine_config, engine_running, log_file, logs, redis_running
 from bench.results import RESULTS, save
+from documents.uploads import DocumentInput
 from harness.processes import ROOT
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
-from jobs.ingest import DocumentInput
 from jobs.summarize import PRESETS, Summarizer
 from redisconn.keys import CHAT_ACTIVE
 

@@ -37,7 +37,7 @@ from django.db import transaction
 import redisconn
 from answers import admission, outcomes, ownership, watcher
 from answers.run import RUNNING, AnswerRun, Outcome, cache_salt_for
-from chat import metrics, protocol, socket_auth, streams
+from chat import metrics, protocol, retrieval, socket_auth, streams
 from conversations import selectors, turns
 from conversations.models import Message
 from httpkit.errors import Refusal
@@ -85,6 +85,8 @@ class Generation(AnswerRun):
         )
         self.turn = turn
         self.message_id = turn.assistant_message_id
+        # The passages the prompt quoted for this turn's question (chat.retrieval).
+        self.sources: list[dict] = []
         self.frames = streams.AnswerFrames(
             self.message_id, owner, list(earlier), superseded=partial(self.stop, "superseded")
         )
@@ -117,6 +119,8 @@ class Generation(AnswerRun):
         partial = self.text()
         if partial:
             history = [*history, {"role": "assistant", "content": partial}]
+        retrieved = await retrieval.with_passages(self.turn, user_id=self.user_id, history=history)
+        history, self.sources = retrieved.history, retrieved.sources
         prompt = await assemble(
             self.turn.system_prompt,
             history,
@@ -125,7 +129,7 @@ class Generation(AnswerRun):
             count_tokens=self.engine.count_prompt_tokens,
             counts=_prompt_counts.setdefault(self.engine, PromptCounts()),
         )
-        self.note = outcomes.dropped_note(prompt.dropped_turns)
+        self.note = " ".join(n for n in (outcomes.dropped_note(prompt.dropped_turns), retrieved.note) if n)
         return ChatRequest(
             messages=prompt.messages,
             continue_final_message=bool(partial),
@@ -158,6 +162,7 @@ class Generation(AnswerRun):
                 ttft_ms=outcome.ttft_ms,
                 note=outcome.note,
                 content=content,
+                sources=self.sources,
             )
         else:
             frame = protocol.failed(

@@ -71,8 +71,10 @@ def done(
     ttft_ms: float | None,
     note: str,
     content: str,
+    sources: list[dict] | None = None,
 ) -> dict:
-    return {
+    """The closing frame of an answer; `sources`, where the question retrieved passages."""
+    frame = {
         "type": "chat.done",
         "message": message_id,
         "status": status,
@@ -82,6 +84,9 @@ def done(
         "note": note,
         "content": content,
     }
+    if sources:
+        frame["sources"] = sources
+    return frame
 
 
 def failed(message_id: int, *, code: str, detail: str, status: str, content: str, **extra) -> dict:

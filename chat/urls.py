@@ -14,6 +14,9 @@ urlpatterns = [
     path("c/<int:conversation_id>/share", views.conversation_share, name="conversation-share"),
     path("c/<int:conversation_id>/shares", views.conversation_shares, name="conversation-shares"),
     path("c/<int:conversation_id>/unshare", views.conversation_unshare, name="conversation-unshare"),
+    path(
+        "c/<int:conversation_id>/collections", views.conversation_collections, name="conversation-collections"
+    ),
     path("c/<int:conversation_id>/export", views.conversation_export, name="conversation-export"),
     path("c/<int:conversation_id>/documents", views.document_attach, name="document-attach"),
     path(

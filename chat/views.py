@@ -22,6 +22,9 @@ from httpkit.json import check_csrf, json_view, read_json
 from httpkit.validation import TEMPERATURE_BOUNDS, checked
 from inference.access import models_for
 from inference.engine import engine_client
+from knowledge import quotes
+from knowledge.protocol import ConversationCollections
+from knowledge.selectors import collections_readable
 
 ACTION_BODY_BYTES = 64 * 1024
 # The most conversations the chat page lists at load; search reaches the rest.
@@ -53,7 +56,9 @@ def chat(request: HttpRequest, conversation_id: int | None = None) -> HttpRespon
         if conversation is None:
             raise Http404("No such conversation")
     initial = {
-        "conversation": selectors.conversation_detail(conversation) if conversation else None,
+        "conversation": _conversation_state(conversation) if conversation else None,
+        # The collections the picker offers: those the user may read.
+        "collections": list(collections_readable(request.user).values("id", "name")),
         # The sidebar's list (static/frontend/sidebar.js groups it by date); archived ones are left out.
         "conversations": list(
             selectors.conversation_list(user=request.user, archived=False).values(
@@ -64,6 +69,20 @@ def chat(request: HttpRequest, conversation_id: int | None = None) -> HttpRespon
     }
     # frontend: the chat page's templates kept their folder when the chat's package became chat/.
     return render(request, "frontend/chat.html", {"conversation": conversation, "initial": initial})
+
+
+def _conversation_state(conversation) -> dict:
+    """The conversation as the page shows it: with its collections, and each question's sources."""
+    detail = selectors.conversation_detail(conversation)
+    asked = [m["id"] for m in detail["messages"] if m["role"] == "user"]
+    sources = quotes.sources_of(asked)
+    for message in detail["messages"]:
+        if message["id"] in sources:
+            message["sources"] = sources[message["id"]]
+    detail["collections"] = quotes.conversation_collections(
+        conversation_id=conversation.pk, user_id=conversation.owner_id
+    )
+    return detail
 
 
 def _browser_action(view):
@@ -225,3 +244,16 @@ def document_remove(request: HttpRequest, data: dict, conversation_id: int, docu
         user=request.user, conversation_id=conversation_id, document_id=document_id
     )
     return JsonResponse({"removed": document_id})
+
+
+@_browser_action
+def conversation_collections(request: HttpRequest, data: dict, conversation_id: int) -> JsonResponse:
+    """Choose the collections the conversation's questions retrieve from (`collections`: ids)."""
+    rates.change_check(user_id=request.user.pk)
+    if selectors.conversation_get(user=request.user, conversation_id=conversation_id) is None:
+        raise not_found("conversation")
+    wanted = checked(ConversationCollections, data).collections
+    chosen = quotes.conversation_collections_set(
+        conversation_id=conversation_id, user=request.user, collection_ids=wanted
+    )
+    return JsonResponse({"collections": chosen})

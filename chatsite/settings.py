@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "apitokens",
     "jobs",
     "conversations",
+    "knowledge",
     "chat",
     "openai_api",
     "monitoring",
@@ -490,3 +491,48 @@ for _proxy in TRUSTED_PROXIES:
             f"TRUSTED_PROXIES: {_proxy!r} is not an address or a network (the ingress controller's "
             "pod addresses, docs/deploy.md)"
         ) from None
+
+# --- Knowledge: collections, the embedding engine, retrieval (docs/knowledge.md) ---
+EMBEDDING_URL = env_str("EMBEDDING_URL", "http://127.0.0.1:8102")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", str(DATA_DIR / "models" / "all-MiniLM-L6-v2"))
+EMBEDDING_MODEL_NAME = env_str("EMBEDDING_MODEL_NAME", "all-minilm-l6-v2")
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1)
+# Passages: tokens of the embedding model each, and how many each shares with the one before.
+KNOWLEDGE_CHUNK_TOKENS = env_int("KNOWLEDGE_CHUNK_TOKENS", 200, minimum=16, maximum=510)
+KNOWLEDGE_CHUNK_OVERLAP = env_int("KNOWLEDGE_CHUNK_OVERLAP", 40, minimum=0)
+# Passages sent to the embedding engine in one request; fewer while chat answers stream.
+KNOWLEDGE_EMBED_BATCH = env_int("KNOWLEDGE_EMBED_BATCH", 64, minimum=1)
+KNOWLEDGE_EMBED_BATCH_WHILE_CHAT = env_int("KNOWLEDGE_EMBED_BATCH_WHILE_CHAT", 8, minimum=1)
+KNOWLEDGE_MAX_ATTEMPTS = env_int("KNOWLEDGE_MAX_ATTEMPTS", 3, minimum=1)
+KNOWLEDGE_LEASE_SECONDS = env_int("KNOWLEDGE_LEASE_SECONDS", 120, minimum=10)
+# Retrieval: passages a question gets, candidates each search ranks before they are fused, the
+# vector similarity below which a passage is not a match, reciprocal rank fusion's constant.
+KNOWLEDGE_TOP_K = env_int("KNOWLEDGE_TOP_K", 5, minimum=1, maximum=50)
+KNOWLEDGE_CANDIDATES = env_int("KNOWLEDGE_CANDIDATES", 40, minimum=1, maximum=1000)
+KNOWLEDGE_MIN_SCORE = env_float("KNOWLEDGE_MIN_SCORE", 0.2, minimum=-1.0, maximum=1.0)
+KNOWLEDGE_RRF_K = env_int("KNOWLEDGE_RRF_K", 60, minimum=1)
+# pgvector's HNSW search width (hnsw.ef_search): recall against time.
+KNOWLEDGE_HNSW_EF_SEARCH = env_int("KNOWLEDGE_HNSW_EF_SEARCH", 100, minimum=1, maximum=1000)
+# PostgreSQL's text search configuration for passages and questions.
+KNOWLEDGE_FTS_CONFIG = env_choice(
+    "KNOWLEDGE_FTS_CONFIG",
+    "english",
+    {"simple", "danish", "dutch", "english", "finnish", "french", "german", "hungarian", "italian",
+     "norwegian", "portuguese", "romanian", "russian", "spanish", "swedish", "turkish"},
+)  # fmt: skip
+# Prompt tokens the quoted passages of one conversation may take, leaving the rest to its history.
+KNOWLEDGE_PASSAGE_TOKENS = env_int("KNOWLEDGE_PASSAGE_TOKENS", 1500, minimum=100)
+# Each user's storage: documents and bytes across their collections.
+KNOWLEDGE_MAX_DOCUMENTS_PER_USER = env_int("KNOWLEDGE_MAX_DOCUMENTS_PER_USER", 10000, minimum=1)
+KNOWLEDGE_MAX_BYTES_PER_USER = env_int("KNOWLEDGE_MAX_BYTES_PER_USER", 1024 * 1024 * 1024, minimum=1)
+# Each user's uploads to collections and searches of them (the page's and the API's) per minute.
+KNOWLEDGE_UPLOADS_PER_MINUTE = env_int("KNOWLEDGE_UPLOADS_PER_MINUTE", 30, minimum=1)
+KNOWLEDGE_SEARCHES_PER_MINUTE = env_int("KNOWLEDGE_SEARCHES_PER_MINUTE", 60, minimum=1)
+CELERY_TASK_ROUTES["knowledge.tasks.*"] = {"queue": "bulk"}
+# Documents left pending by a lost task (a killed worker, a Redis restart) are queued again.
+KNOWLEDGE_SWEEP_SECONDS = env_float("KNOWLEDGE_SWEEP_SECONDS", 60.0, minimum=1.0)
+CELERY_BEAT_SCHEDULE["knowledge-sweep"] = {
+    "task": "knowledge.tasks.knowledge_sweep",
+    "schedule": KNOWLEDGE_SWEEP_SECONDS,
+    "options": {"expires": KNOWLEDGE_SWEEP_SECONDS},
+}

@@ -14,6 +14,7 @@ urlpatterns = [
     path("", include("usage.urls")),
     path("", include("apitokens.urls")),
     path("", include("conversations.urls")),
+    path("", include("knowledge.urls")),
     path("", include("chat.urls")),
 ]
 

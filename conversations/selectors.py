@@ -93,16 +93,14 @@ def message_path(*, message: Message, messages: dict[int, Message] | None = None
     return path[::-1]
 
 
-def conversation_history(*, leaf: Message) -> list[dict[str, str]]:
-    """The prompt history ending at `leaf`: the path from the root, as chat messages."""
-    return prompt_history(message_path(message=leaf))
+def conversation_prompt(*, leaf: Message) -> list[Message]:
+    """The messages of the prompt ending at `leaf`: the path from the root that carries text."""
+    return prompt_messages(message_path(message=leaf))
 
 
-def prompt_history(path: list[Message]) -> list[dict[str, str]]:
-    """A path of messages as chat messages, leaving out those that carry no text for the prompt."""
-    return [
-        {"role": m.role, "content": m.content} for m in path if m.status in _PROMPT_STATUSES and m.content
-    ]
+def prompt_messages(path: list[Message]) -> list[Message]:
+    """A path's messages that carry text for the prompt."""
+    return [m for m in path if m.status in _PROMPT_STATUSES and m.content]
 
 
 def latest_leaf(*, message: Message) -> Message:

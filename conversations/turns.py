@@ -38,6 +38,8 @@ class Turn:
     # The answer's text before this turn's stream: empty for a new answer, the text so far for one
     # continued past its length limit (chat_turn_continue), which the stream's tokens extend.
     prefix: str = ""
+    # The ids of the user messages in `history`, in order: what each quoted is found by them.
+    user_message_ids: tuple[int, ...] = ()
 
 
 def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Message:
@@ -99,22 +101,25 @@ def _answer(
         conversation,
         assistant,
         system_prompt=conversation.system_prompt if new else selectors.conversation_preamble(conversation),
-        history=(
-            selectors.conversation_history(leaf=user_message)
+        messages=(
+            selectors.conversation_prompt(leaf=user_message)
             if earlier is None
-            else selectors.prompt_history([*earlier, user_message])
+            else selectors.prompt_messages([*earlier, user_message])
         ),
     )
 
 
-def _turn(conversation: Conversation, assistant: Message, *, system_prompt: str, history: list) -> Turn:
+def _turn(
+    conversation: Conversation, assistant: Message, *, system_prompt: str, messages: list[Message]
+) -> Turn:
     # A generating answer's stored text is what came before its stream (chat_turn_continue).
     return Turn(
         conversation_id=conversation.pk,
         user_message_id=assistant.parent_id,
         assistant_message_id=assistant.pk,
         system_prompt=system_prompt,
-        history=history,
+        history=[{"role": m.role, "content": m.content} for m in messages],
+        user_message_ids=tuple(m.pk for m in messages if m.role == Message.Role.USER),
         temperature=(
             settings.CHAT_TEMPERATURE if conversation.temperature is None else conversation.temperature
         ),
@@ -145,7 +150,7 @@ def _turn_of(answer: Message) -> Turn:
         conversation,
         answer,
         system_prompt=selectors.conversation_preamble(conversation),
-        history=selectors.conversation_history(leaf=answer.parent),
+        messages=selectors.conversation_prompt(leaf=answer.parent),
     )
 
 

@@ -20,6 +20,8 @@ def apply_limits(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu-seconds", type=int, required=True)
     parser.add_argument("--format", choices=FORMATS, default="pdf")
+    # A form feed between a PDF's pages, so a caller can tell which page a passage is on.
+    parser.add_argument("--page-breaks", action="store_true")
     arguments = parser.parse_args(argv)
     cpu = arguments.cpu_seconds
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
@@ -27,7 +29,7 @@ def apply_limits(argv: list[str]) -> argparse.Namespace:
     return arguments
 
 
-def _pdf_text(data: bytes) -> str:
+def _pdf_text(data: bytes, *, page_breaks: bool = False) -> str:
     from pypdf import PdfReader
 
     from documents.text import DocumentError, clean
@@ -38,7 +40,8 @@ def _pdf_text(data: bytes) -> str:
     if reader.is_encrypted:
         raise DocumentError("The PDF is encrypted.")
     try:
-        return clean("".join((page.extract_text() or "") + "\n\n" for page in reader.pages))
+        end = "\n\n\f" if page_breaks else "\n\n"
+        return clean("".join((page.extract_text() or "") + end for page in reader.pages))
     except DocumentError:
         raise DocumentError("The PDF has no extractable text (scanned pages?).") from None
 
@@ -52,7 +55,7 @@ def main() -> int:
     data = sys.stdin.buffer.read()
     try:
         if arguments.format == "pdf":
-            text = _pdf_text(data)
+            text = _pdf_text(data, page_breaks=arguments.page_breaks)
         elif arguments.format == "html":
             text = html_text(decode_text(data))
         else:

@@ -58,10 +58,10 @@ async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
 
 
 async def document_text(data: bytes, format: str, *, seconds: float | None = None,
-                        cpu_seconds: float | None = None) -> str:  # fmt: skip
+                        cpu_seconds: float | None = None, page_breaks: bool = False) -> str:  # fmt: skip
     """Text of a document (`format`: text, html or pdf), read in a child process killed after
     `seconds` (BULK_PDF_TIMEOUT) of wall clock or `cpu_seconds` (BULK_PDF_CPU_SECONDS) of CPU
-    time; DocumentError says why it failed."""
+    time; DocumentError says why it failed. `page_breaks`: a form feed ends each PDF page."""
     seconds = settings.BULK_PDF_TIMEOUT if seconds is None else seconds
     cpu = math.ceil(cpu_seconds if cpu_seconds is not None else settings.BULK_PDF_CPU_SECONDS)
     limit = file_limit() * 4
@@ -73,6 +73,7 @@ async def document_text(data: bytes, format: str, *, seconds: float | None = Non
         str(cpu),
         "--format",
         format,
+        *(["--page-breaks"] if page_breaks else []),
         cwd=str(settings.BASE_DIR),
         env=CHILD_ENVIRONMENT,
         stdin=asyncio.subprocess.PIPE,

@@ -96,6 +96,8 @@ BUSY_DETAILS = {
     "web_pending": "This server is busy; try again in a moment.",
     "user_document_reads": "Another of your documents is being read; attach this one when it is done.",
     "document_reads": "Many documents are being read right now; try again shortly.",
+    "knowledge_uploads": "Too many uploads to collections at once; try again shortly.",
+    "knowledge_searches": "Too many searches of collections at once; try again shortly.",
 }
 
 

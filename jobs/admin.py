@@ -18,10 +18,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from documents.uploads import UploadRejected
 from jobs import selectors, services
 from jobs.exports import csv_lines, jsonl_lines
 from jobs.forms import JobCreateForm
-from jobs.ingest import UploadRejected
 from jobs.models import Document, Job
 
 ACTIONS = {"start": "Start", "cancel": "Cancel", "retry": "Retry failed"}

@@ -4,7 +4,7 @@ from django import forms
 from django.conf import settings
 from django.core.validators import MaxValueValidator
 
-from jobs.ingest import UploadRejected, documents_from_files
+from documents.uploads import UploadRejected, documents_from_files
 from jobs.models import Job
 
 

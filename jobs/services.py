@@ -14,8 +14,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from documents.uploads import DocumentInput
 from jobs.claims import job_finish
-from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import PRESETS
 

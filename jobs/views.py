@@ -12,11 +12,11 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import bearer_token, user_for_token
 from apitokens.models import Scope
+from documents.uploads import UploadRejected, documents_from_files, documents_from_records
 from httpkit.errors import Refusal, not_found, unauthenticated
 from httpkit.json import json_view, read_json
 from jobs import selectors, services
 from jobs.exports import jsonl_lines
-from jobs.ingest import UploadRejected, documents_from_files, documents_from_records
 from jobs.models import Job
 
 

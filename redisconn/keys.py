@@ -20,6 +20,9 @@ CHAT_ANSWERS = "chat:answers"
 CHAT_MESSAGES_LIMIT = "chat-messages"
 # Changes to conversations (create, rename, delete, settings), per user id (chat.rates).
 CHAT_CHANGES_LIMIT = "chat-changes"
+# Uploads to collections and searches of them, per user id (knowledge.rates).
+KNOWLEDGE_UPLOADS_LIMIT = "knowledge-uploads"
+KNOWLEDGE_SEARCHES_LIMIT = "knowledge-searches"
 # Failed logins, per username hash and per address (accounts.throttle).
 LOGIN_FAILURES_LIMIT = "login-failures"
 # Each bulk runner's requests in flight, one key per runner (jobs.shaping).
@@ -76,3 +79,8 @@ def chat_stop_requested(message_id: int) -> str:
 def job_runner_lock(job_id: int) -> str:
     """Held by the one runner working on the job."""
     return f"jobs:runner:{job_id}"
+
+
+def knowledge_indexer(collection_id: int) -> str:
+    """The one indexing run of a collection at a time (knowledge.indexing), refreshed as it works."""
+    return f"knowledge:indexer:{collection_id}"

@@ -29,10 +29,12 @@ from django.db import connection, connections
 from limits.storage import RedisStorage
 
 import redisconn
+from enginehost.embedlaunch import EmbeddingConfig
+from enginehost.embedmodel import prepare_embedding_model
 from enginehost.launcher import EngineConfig, EngineProcess
 from harness.processes import ROOT, daphne_running, free_port, redis_serving
 from harness.waiting import wait_for
-from inference.engine import engine_client
+from inference.engine import embedding_client, engine_client
 from inference.topology import metric_sums
 
 LOGS = Path(settings.DATA_DIR) / "test-logs"
@@ -189,6 +191,23 @@ def engine_url():
     finally:
         engine.stop()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def embedding_engine():
+    """The real embedding engine (the product's transformers server) at EMBEDDING_URL for the whole
+    session, started through the product's launcher; the processes the suite starts reach it there."""
+    prepare_embedding_model(Path(settings.EMBEDDING_MODEL), report=lambda line: None)
+    with open(LOGS / "test-embeddings.log", "w") as log:
+        server = EngineProcess(EmbeddingConfig.from_settings(settings), output=log)
+        server.start()
+        try:
+            server.wait_healthy(timeout=300)
+            embedding_client.cache_clear()
+            yield settings.EMBEDDING_URL
+        finally:
+            server.stop()
+            embedding_client.cache_clear()
 
 
 def _database_url() -> str:

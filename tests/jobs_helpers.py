@@ -3,8 +3,8 @@
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
+from documents.uploads import DocumentInput
 from jobs import services
-from jobs.ingest import DocumentInput
 from jobs.models import Job
 
 

@@ -32,6 +32,11 @@ if TEST_BUNDLED_REDIS:
     os.environ["REDIS_URL"] = f"redis://:{secrets.token_urlsafe(16)}@127.0.0.1:{free_port()}/0"
 
 
+# The embedding engine the suite starts for the tests that need it (tests/conftest.py,
+# `embedding_engine`), on a free port of its own: the processes the suite starts find it there.
+os.environ["EMBEDDING_URL"] = f"http://127.0.0.1:{free_port()}"
+
+
 def _test_database(url: str) -> str:
     parts = urlsplit(url)
     configured = parts.path.strip("/") or "0"

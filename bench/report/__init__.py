@@ -16,6 +16,7 @@ from bench.report import (
     defaults,
     embeddings,
     knee,
+    knowledge,
     machine,
     prefix,
     relay,
@@ -44,6 +45,7 @@ SECTIONS = {
     "defaults": defaults,
     "binding": binding,
     "embeddings": embeddings,
+    "knowledge": knowledge,
 }
 TITLE = "# Benchmarks"
 INTRO = """`make bench` runs the benchmarks in `bench/` and rewrites this page, its charts and the JSON

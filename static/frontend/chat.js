@@ -2,6 +2,8 @@
 // (connection.js), wired together here. Frames are those of docs/protocol.md.
 import { Connection } from "./connection.js";
 import * as http from "./http.js";
+import { mountCollectionHash } from "./collection-hash.js";
+import { mountCollections } from "./collections.js";
 import { mountConversationMenu } from "./conversation-menu.js";
 import { mountDocuments } from "./documents.js";
 import { mountSettings } from "./settings.js";
@@ -50,8 +52,10 @@ const settingsDialog = mountSettings(root, limits, {
 });
 
 const conversationMenu = mountConversationMenu(root, { conversation: () => state.conversation });
-const documents = mountDocuments(root, {
-  conversation: () => state.conversation,
+// What attaching a document or choosing a collection needs: the conversation (a new chat makes it
+// first, as {conversation, created}), and, where that failed, the one just made deleted again, so no
+// empty "New chat" is left behind.
+const attaching = {
   async ensure() {
     let made = null;
     if (!state.conversation) {
@@ -75,7 +79,15 @@ const documents = mountDocuments(root, {
     sidebar.forget(conversation.id);
   },
   say: (text) => view.showStatus(text),
+};
+mountDocuments(root, { conversation: () => state.conversation, ...attaching });
+const collections = mountCollections(root, initial.collections || [], {
+  chosen: () => state.collections(),
+  saved: (ids) => state.useCollections(ids),
+  ...attaching,
 });
+// Mounted before the composer's own keys below: its Enter picks a collection instead of sending.
+mountCollectionHash(root, initial.collections || [], { chosen: () => state.collections(), pick: collections.add });
 
 // ---- the conversation --------------------------------------------------------
 

@@ -48,6 +48,23 @@ export class ChatState {
     return this.conversation.documents;
   }
 
+  // The ids of the collections the conversation shown retrieves from (none before it exists).
+  collections() {
+    return (this.conversation && this.conversation.collections) || [];
+  }
+
+  // The collections the server now holds for the conversation shown.
+  useCollections(ids) {
+    this.conversation.collections = ids;
+  }
+
+  // The passages an answer's prompt quoted, by number: its question's sources (none while it streams).
+  sourcesOf(message) {
+    if (message.role !== "assistant" || message.status === "generating") return [];
+    const question = this.tree.get(message.parent);
+    return (question && question.sources) || [];
+  }
+
   // A request sent, waiting for chat.started: {frame, parent, content}.
   ask(frame, parent, content) {
     this.request = { frame, parent, content };
@@ -108,13 +125,16 @@ export class ChatState {
     return true;
   }
 
-  // chat.done, or chat.error for a stored answer: its final fields and text. Returns the
-  // message, or null for one this page does not show.
+  // chat.done, or chat.error for a stored answer: its final fields and text, and the sources its
+  // question retrieved (they belong to the question). Returns the message, or null for one this page
+  // does not show.
   finish(frame, fields) {
     const message = this.tree.get(frame.message);
     if (!message) return null;
     Object.assign(message, fields);
     if (typeof frame.content === "string") message.content = frame.content;
+    const question = this.tree.get(message.parent);
+    if (frame.sources && question) question.sources = frame.sources;
     if (this.live && this.live.id === frame.message) {
       if (this.live.firstTokenAt != null) {
         message.stream_seconds = (performance.now() - this.live.firstTokenAt) / 1000;

@@ -5,6 +5,7 @@
 // sanitizes.
 import { icon, iconButton } from "./icons.js";
 import { copyButton, render, StreamRenderer } from "./markdown.js";
+import { linkMarkers, sourceList } from "./sources.js";
 
 function figures(message) {
   const parts = [];
@@ -137,8 +138,17 @@ export class ChatView {
     const glance = cachedGlance(message);
     if (glance) cached.append(icon("zap"), " " + glance);
     tools.appendChild(cached);
-    el.append(body, meta, tools, info);
+    el.append(body, meta, ...this.sourcesOf(message, body), tools, info);
     return el;
+  }
+
+  // An answer's sources under it, and its [n] markers linked to them.
+  sourcesOf(message, body) {
+    const sources = this.state.sourcesOf(message);
+    if (!sources.length) return [];
+    const list = sourceList(message.id, sources);
+    linkMarkers(body, message.id, sources, list.open);
+    return [list.element];
   }
 
   // The names of the documents a question was sent with, as text.

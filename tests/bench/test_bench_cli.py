@@ -19,6 +19,7 @@ MODULES = [
     "bench_defaults",
     "bench_binding",
     "bench_embeddings",
+    "bench_knowledge",
 ]
 # Every `python -m bench.<name>` there is, the benchmarks' entry points included.
 ENTRY_POINTS = [*MODULES, "bench_bulk_chat", "report.__main__", "load.run", "fast_engine"]

@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
 from playwright.sync_api import expect
 
+from documents.uploads import DocumentInput
 from jobs import services as job_services
-from jobs.ingest import DocumentInput
+from knowledge import services as knowledge_services
+from knowledge.models import Document
 from tests.chat_client import answered_turn, long_answer_conversation
 from tests.conftest import log_in
+from tests.knowledge_helpers import answered_with_sources
 
 pytestmark = pytest.mark.django_db(transaction=True)
 AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
@@ -47,6 +51,18 @@ def assert_accessible(page, where: str) -> None:
     assert found == [], f"{where}: {found}"
 
 
+def collection_with_a_failed_document(owner) -> None:
+    """A collection whose page shows a document that is ready, one waiting and one that failed."""
+    collection = knowledge_services.collection_create(owner=owner, name="Handbook", description="Policies.")
+    knowledge_services.documents_add(
+        collection=collection,
+        uploads=[SimpleUploadedFile(f"{name}.txt", f"About {name}.".encode()) for name in ("a", "b", "c")],
+    )
+    first, _, third = collection.documents.order_by("id")
+    Document.objects.filter(pk=first.pk).update(status="ready", chunks_total=3, chunks_done=3)
+    Document.objects.filter(pk=third.pk).update(status="failed", error="The file has no text.")
+
+
 def test_the_users_pages_have_no_serious_violations(context, product_server):
     page = context.new_page()
     page.goto(product_server + "/accounts/login/")
@@ -55,6 +71,12 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
     conversation = long_answer_conversation(user, max_tokens=200)
     log_in(page, product_server, "ada", "pw-ada-123456")
     assert_accessible(page, "chat, empty")
+    page.click("#collections-button")  # none yet: it says so, and where to make one
+    expect(page.locator("#collections-empty")).to_have_text("No collections yet")
+    expect(page.locator("#collections-menu a")).to_be_focused()
+    assert_accessible(page, "chat, the collections picker open with none")
+    page.keyboard.press("Escape")
+    expect(page.locator("#collections-menu")).to_be_hidden()
 
     page.goto(f"{product_server}/c/{conversation}/")
     page.fill("#prompt", "Tell me a long story about a lighthouse.")
@@ -85,6 +107,14 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
         expect(page.locator(dialog)).to_be_hidden()
         expect(page.locator(opener)).to_be_focused()  # focus comes back where it was
 
+    open_sources_and_collections(page, product_server, user)
+    assert_accessible(page, "chat, an answer's passage and the collections picker open")
+    page.focus("#prompt")
+    page.keyboard.type("#")
+    expect(page.locator("#collection-suggestions")).to_be_visible()
+    assert_accessible(page, "chat, the # list of collections open")
+    page.keyboard.press("Escape")
+
     page.click("#open-conversation-menu")
     page.click("#share-create")
     expect(page.locator("#share-url")).to_have_value(re.compile("/s/"))
@@ -92,12 +122,25 @@ def test_the_users_pages_have_no_serious_violations(context, product_server):
     page.click("#conversation-close")
     page.goto(url)
     assert_accessible(page, "shared page")
-    for path in ("/usage/", "/keys/"):
+    collection_with_a_failed_document(user)
+    for path in ("/usage/", "/collections/", "/keys/"):
         page.goto(product_server + path)
         assert_accessible(page, path)
     page.fill("input[name=name]", "laptop")
     page.click("#new-key-form [type=submit]")
     assert_accessible(page, "/keys/ with a new key")
+
+
+def open_sources_and_collections(page, product_server: str, user) -> None:
+    """An answer with its sources, one passage open, and the collections picker open."""
+    passages = [("handbook.pdf", 3, "Annual leave: twenty-five days a year."), ("policies.md", None, "Ask.")]
+    turn = answered_with_sources(user, "How much leave?", "Twenty-five days [1], asked ahead [2].", passages)
+    user.collections.create(name="Recipes")  # one more for the picker and `#` to offer
+    page.goto(f"{product_server}/c/{turn.conversation_id}/")
+    page.locator(".message.assistant a.cite").first.click()
+    expect(page.locator(".message.assistant .source-passage")).to_be_visible()
+    page.click("#collections-button")
+    expect(page.locator("#collections-menu")).to_be_visible()
 
 
 def test_the_staff_pages_have_no_serious_violations(context, product_server):
@@ -109,7 +152,13 @@ def test_the_staff_pages_have_no_serious_violations(context, product_server):
     log_in(page, product_server, "boss", "pw-boss-123456", "/admin/login/?next=/monitoring/")
     page.wait_for_selector("#dashboard")
     assert_accessible(page, "dashboard")
-    for path in ("/admin/jobs/job/", f"/admin/jobs/job/{job.pk}/change/", "/admin/jobs/job/add/"):
+    collection_with_a_failed_document(boss)  # staff see the sharing form
+    for path in (
+        "/admin/jobs/job/",
+        f"/admin/jobs/job/{job.pk}/change/",
+        "/admin/jobs/job/add/",
+        "/collections/",
+    ):
         page.goto(product_server + path)
         assert_accessible(page, path)
 
@@ -129,7 +178,12 @@ def test_the_dark_theme_has_no_serious_violations(browser, product_server):
         page.goto(f"{product_server}/c/{turn.conversation_id}/")
         expect(page.locator(".message.assistant button.continue")).to_be_visible()
         assert_accessible(page, "chat, dark")
+        open_sources_and_collections(page, product_server, user)
+        assert_accessible(page, "chat, an answer's passage and the collections picker open, dark")
         page.goto(product_server + "/usage/")
         assert_accessible(page, "usage, dark")
+        collection_with_a_failed_document(user)
+        page.goto(product_server + "/collections/")
+        assert_accessible(page, "collections, dark")
     finally:
         context.close()

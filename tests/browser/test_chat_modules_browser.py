@@ -18,6 +18,8 @@ MOUNTED = {
     "documents.js": "mountDocuments",
     "conversation-menu.js": "mountConversationMenu",
     "shortcuts.js": "mountShortcuts",
+    "collections.js": "mountCollections",
+    "collection-hash.js": "mountCollectionHash",
 }
 
 # Imports `url` in a page with none of the chat's DOM, recording what the import does to the page.

@@ -4,8 +4,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
+from documents.uploads import DocumentInput
 from jobs import claims, services
-from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import Summary
 from tests.conftest import log_in

@@ -13,8 +13,8 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from conversations.models import Conversation, Message
+from documents.uploads import documents_from_files
 from jobs import services as jobs
-from jobs.ingest import documents_from_files
 from jobs.models import Job
 from tests.chat_client import collect_answer, long_answer_conversation, open_chat, send
 from tests.conftest import running_daphne

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from documents.uploads import DocumentInput
 from jobs import claims, services
-from jobs.ingest import DocumentInput
 from jobs.models import Document, Job
 from jobs.summarize import Summary
 

@@ -150,6 +150,6 @@ def test_it_streams_results_in_the_openai_batch_shape(client, staff):
 
 
 def _inputs(n: int):
-    from jobs.ingest import DocumentInput
+    from documents.uploads import DocumentInput
 
     return [DocumentInput(f"doc-{i}", text=f"Text {i}.") for i in range(n)]

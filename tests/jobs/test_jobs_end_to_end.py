@@ -7,8 +7,8 @@ import redis
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from documents.uploads import documents_from_files
 from jobs import selectors, services
-from jobs.ingest import documents_from_files
 from jobs.models import Document, Job, Result
 from redisconn.keys import CHAT_ACTIVE
 from tests.conftest import engine_gauge

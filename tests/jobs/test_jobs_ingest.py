@@ -7,7 +7,7 @@ import zipfile
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from jobs.ingest import Limits, UploadRejected, documents_from_files, documents_from_records
+from documents.uploads import Limits, UploadRejected, documents_from_files, documents_from_records
 
 LIMITS = Limits(upload_bytes=100_000, file_bytes=10_000, documents=20, uncompressed_bytes=50_000)
 

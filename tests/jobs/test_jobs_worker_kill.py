@@ -6,8 +6,8 @@ import time
 import pytest
 from django.db.models import Count
 
+from documents.uploads import DocumentInput
 from jobs import services
-from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
 from tests.jobs.test_jobs_end_to_end import wait_finished
 from tests.jobs_corpus import report

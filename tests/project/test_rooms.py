@@ -23,8 +23,9 @@ FLOORS: list[tuple[str, ...]] = [
     ("enginehost",),
     # An answer's run, the same for every surface.
     ("answers",),
-    # The conversation store: what the chat, the API and the exports keep (its answers' statuses).
-    ("conversations",),
+    # The conversation store: what the chat, the API and the exports keep (its answers' statuses);
+    # beside it the knowledge the chat and the API retrieve from: collections, passages, vectors.
+    ("conversations", "knowledge"),
     # The surfaces: the chat, bulk summarization, the OpenAI-compatible API (which stores its
     # exchanges in the conversation store).
     ("chat", "jobs", "openai_api"),

@@ -16,8 +16,8 @@ from django.test import Client
 from audit.models import ConversationRead
 from conversations import turns
 from conversations.models import Conversation, Message
+from documents.uploads import DocumentInput
 from jobs import services as job_services
-from jobs.ingest import DocumentInput
 
 pytestmark = pytest.mark.django_db
 

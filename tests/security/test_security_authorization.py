@@ -17,8 +17,8 @@ from chat import consumers
 from chat.consumers import ChatConsumer
 from conversations import turns
 from conversations.models import Conversation, Message
+from documents.uploads import DocumentInput
 from jobs import services as job_services
-from jobs.ingest import DocumentInput
 from jobs.models import Job
 from tests.fake_engine import FakeEngine
 

@@ -18,9 +18,9 @@ from apitokens.services import token_issue
 from audit.services import conversation_read_record
 from conversations import services, turns
 from conversations.models import ConversationDocument
+from documents.uploads import DocumentInput
 from harness.stand_in_engine import StandInEngine, serving
 from jobs import services as job_services
-from jobs.ingest import DocumentInput
 from jobs.models import Document, Job, Result
 from tests.conftest import LOADS_SETTLED, log_in, running_daphne
 from usage.services import usage_record

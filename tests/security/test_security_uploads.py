@@ -88,8 +88,8 @@ def test_many_small_archives_in_one_upload_cannot_add_up_past_the_expansion_limi
 def test_an_accepted_upload_is_stored_as_it_is_read_never_held_whole(staff, settings):
     import tracemalloc
 
+    from documents.uploads import documents_from_files
     from jobs import services
-    from jobs.ingest import documents_from_files
     from jobs.models import Document
 
     # Forty archives of 1 MiB of text each: a 40 MiB expansion, accepted.

@@ -12,8 +12,8 @@ from django.core.exceptions import PermissionDenied
 from django.core.files import File
 from django.core.management.base import BaseCommand, CommandError
 
+from documents.uploads import UploadRejected, documents_from_files
 from jobs import selectors, services
-from jobs.ingest import UploadRejected, documents_from_files
 from jobs.models import Job
 
 BAR_WIDTH = 30

@@ -1,4 +1,5 @@
-"""Uploads to documents: .txt, .md, .html, .pdf, .zip of those, and .jsonl/.csv with id and text.
+"""Uploads read as documents, for bulk jobs and collections: .txt, .md, .html, .pdf, .zip of those, and
+.jsonl/.csv with id and text.
 
 Limits are checked before content is read into memory: a file's declared size, a
 zip's member count and uncompressed sizes from its directory, and every read is
@@ -9,6 +10,7 @@ read by the worker in a bounded child process (documents/), never in the web pro
 
 import csv
 import io
+import json
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -20,8 +22,6 @@ from django.core.files import File
 from documents import FORMATS
 from documents.reader import file_limit
 from documents.text import DocumentError, clean, decode_text
-from httpkit.errors import Refusal
-from httpkit.json import parse_json
 
 SUFFIXES = set(FORMATS) | {".zip", ".jsonl", ".csv"}
 ID_COLUMNS = ("id", "custom_id")
@@ -168,9 +168,13 @@ def _jsonl_documents(upload: File) -> Iterator[DocumentInput]:
         if not line.strip():
             continue
         try:
-            record = parse_json(line)
-        except Refusal as refusal:
-            raise UploadRejected(f"{upload.name}, line {number}: not JSON ({refusal.detail}).") from None
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UploadRejected(
+                f"{upload.name}, line {number}: not JSON (invalid JSON: {exc.msg})."
+            ) from None
+        except RecursionError:
+            raise UploadRejected(f"{upload.name}, line {number}: not JSON (nested too deeply).") from None
         if not isinstance(record, dict):
             raise UploadRejected(f"{upload.name}, line {number}: expected an object with id and text.")
         yield _record(upload.name, f"line {number}", _first(record, ID_COLUMNS), _first(record, TEXT_COLUMNS))

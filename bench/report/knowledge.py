@@ -1,0 +1,129 @@
+"""Section: knowledge retrieval, its latency and recall by size and store, and planted-fact recall."""
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from bench.report.blocks import fmt, table, verdict
+
+STORES = {
+    "sqlite": "SQLite, exact",
+    "postgres": "PostgreSQL, exact",
+    "pgvector": "PostgreSQL + pgvector HNSW",
+}
+
+
+def _rows(result: dict) -> list[list]:
+    rows = []
+    for store in result["stores"]:
+        for size in store["sizes"]:
+            for point in size["points"]:
+                rows.append(
+                    [
+                        STORES.get(store["store"], store["store"]),
+                        f"{size['size']:,}",
+                        "exact" if point["ef_search"] is None else str(point["ef_search"]),
+                        f"{point['recall_at_10']:.3f}",
+                        fmt(point["hybrid"]["p50_ms"]),
+                        fmt(point["hybrid"]["p99_ms"]),
+                        fmt(point["vector"]["p99_ms"]),
+                        fmt(point["text"]["p99_ms"]),
+                    ]
+                )
+    return rows
+
+
+def _chart(result: dict, path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for store in result["stores"]:
+        for size in store["sizes"]:
+            points = [p for p in size["points"] if p["ef_search"] is not None]
+            if points:
+                axis.plot(
+                    [p["hybrid"]["p99_ms"] for p in points],
+                    [p["recall_at_10"] for p in points],
+                    marker="o",
+                    label=f"{STORES[store['store']]}, {size['size']:,}",
+                )
+            else:
+                point = size["points"][0]
+                axis.scatter(
+                    [point["hybrid"]["p99_ms"]], [1.0], label=f"{STORES[store['store']]}, {size['size']:,}"
+                )
+    axis.axhline(0.95, color="#9ca3af", linestyle="--", linewidth=1)
+    axis.axvline(50, color="#9ca3af", linestyle="--", linewidth=1)
+    axis.set_xlabel("hybrid search p99 (ms)")
+    axis.set_ylabel("recall@10 against exact")
+    axis.set_xscale("log")
+    axis.legend(fontsize=7)
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _target(result: dict) -> str:
+    best = None
+    for store in result["stores"]:
+        for size in store["sizes"]:
+            for point in size["points"]:
+                key = (size["size"], -point["hybrid"]["p99_ms"])
+                if point["recall_at_10"] >= 0.95 and (best is None or key > best[3]):
+                    best = (size, point, store["store"], key)
+    if best is None:
+        return "No store reached recall@10 ≥ 0.95 in this run."
+    size, point, store, _ = best
+    met = size["size"] >= 1_000_000 and point["hybrid"]["p99_ms"] <= 50
+    return (
+        f"Target: hybrid p99 ≤ 50 ms at 10^6 passages with recall@10 ≥ 0.95 — the largest size measured is "
+        f"{size['size']:,} ({STORES[store]}): p99 {fmt(point['hybrid']['p99_ms'])} ms at recall "
+        f"{point['recall_at_10']:.3f}, {verdict(met)}"
+        + ("" if size["size"] >= 1_000_000 else " (10^6 not measured in this run)")
+        + "."
+    )
+
+
+def section(result: dict, folder: Path) -> str:
+    chart = folder / "knowledge-retrieval.png"
+    _chart(result, chart)
+    parts = [
+        "## Knowledge: retrieval",
+        f"The product's search (`knowledge.search.passages`, top 10) for {result['questions']} questions "
+        "(the first 12 words of passages not in the collection) over passages of real text (the "
+        "docstrings of the installed packages, about 30 words each, embedded with the bundled "
+        "all-MiniLM-L6-v2), after the question is embedded. Recall@10: the index's top 10 against exact "
+        "search of the same vectors; exact stores are exact by construction. ef_search: pgvector's HNSW "
+        "search width (`KNOWLEDGE_HNSW_EF_SEARCH`).",
+        table(
+            [
+                "store",
+                "passages",
+                "ef_search",
+                "recall@10",
+                "hybrid p50 ms",
+                "hybrid p99 ms",
+                "vector p99 ms",
+                "text p99 ms",
+            ],
+            _rows(result),
+        ),  # fmt: skip
+        f"![Recall against latency]({chart.relative_to(folder.parent).as_posix()})",
+        _target(result),
+    ]
+    facts = result.get("facts")
+    if facts:
+        modes = facts["modes"]
+        parts += [
+            "### Planted facts",
+            f"{facts['documents']:,} documents of real prose; {facts['questions']} of them hold one fact "
+            "each about a made-up place (five facts a place, each in its own document), asked in other words "
+            '("About 4,931 people live in Torka." ← "What is the population of Torka?"). A hit: the passage '
+            "holding the fact among the top 5 (the sources an answer shows).",
+            table(
+                ["retrieval", "recall@5"],
+                [[mode, f"{modes[mode]['recall_at_5']:.3f}"] for mode in ("vector", "text", "hybrid")],
+            ),
+            f"Target: hybrid recall@5 ≥ 0.9 — {modes['hybrid']['recall_at_5']:.3f}, "
+            f"{verdict(modes['hybrid']['recall_at_5'] >= 0.9)}.",
+        ]
+    return "\n\n".join(parts)

@@ -1,0 +1,144 @@
+"""A collection's indexing run in one worker: claim its documents one at a time, read each in the
+bounded child process, cut it into passages, embed them in batches and store them.
+
+It runs below chat: while chat answers stream (answers.admission's count, across web processes)
+batches shrink to KNOWLEDGE_EMBED_BATCH_WHILE_CHAT, so the embedding engine never holds the host's
+cores for long while a reader waits for tokens. A run stops claiming at its deadline and returns
+"continue" so the task queues the rest, as bulk jobs do.
+"""
+
+import asyncio
+import logging
+import time
+import uuid
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+import redisconn
+from answers.admission import active_count
+from documents.reader import document_text
+from documents.text import DocumentError
+from inference.client import EngineError
+from inference.engine import embedding_client
+from knowledge import chunking, claims
+from knowledge.models import Document
+from redisconn import keys
+
+log = logging.getLogger(__name__)
+
+# One run a collection: a duplicate task (a redelivery, the sweep) leaves while the holder lives;
+# a dead holder's key expires after this long and the sweep queues the collection again.
+LOCK_SECONDS = 30
+
+
+class IndexerLock:
+    def __init__(self, r, collection_id: int) -> None:
+        self._redis = r
+        self._key = keys.knowledge_indexer(collection_id)
+        self._token = uuid.uuid4().hex
+
+    async def acquire(self) -> bool:
+        return bool(await self._redis.set(self._key, self._token, nx=True, ex=LOCK_SECONDS))
+
+    async def refresh(self) -> bool:
+        if await self._redis.get(self._key) != self._token.encode():
+            return False
+        await self._redis.expire(self._key, LOCK_SECONDS)
+        return True
+
+    async def release(self) -> None:
+        if await self._redis.get(self._key) == self._token.encode():
+            await self._redis.delete(self._key)
+
+
+async def _batch_size(r) -> int:
+    try:
+        busy = await active_count(r) > 0
+    except Exception:  # Redis away: be gentle, not stuck
+        busy = True
+    return settings.KNOWLEDGE_EMBED_BATCH_WHILE_CHAT if busy else settings.KNOWLEDGE_EMBED_BATCH
+
+
+async def _text(document: Document) -> str:
+    if document.text:
+        return document.text
+    return await document_text(bytes(document.source), document.format, page_breaks=True)
+
+
+async def index_document(document: Document, *, worker: str, embedder, r, lock: IndexerLock) -> None:
+    """Read, chunk, embed and store one held document; it ends ready, failed or given back."""
+    try:
+        text = await _text(document)
+    except DocumentError as exc:
+        await database_sync_to_async(claims.document_fail)(
+            document_id=document.pk, worker=worker, error=str(exc), final=True
+        )
+        return
+    if not document.text and not await database_sync_to_async(claims.document_text_store)(
+        document_id=document.pk, worker=worker, text=text
+    ):
+        return
+    pieces = await asyncio.to_thread(chunking.pieces, text)
+    chunker = chunking.chunker_id()
+    stored = await database_sync_to_async(claims.document_chunker_set)(
+        document_id=document.pk,
+        worker=worker,
+        chunker=chunker,
+        total=len(pieces),
+        tokens=sum(p.tokens for p in pieces),
+    )
+    todo = [piece for piece in pieces if piece.position not in stored]
+    while todo:
+        if not await lock.refresh():
+            # The run lost its lock (paused past it): another run goes on with this document.
+            await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
+            return
+        size = await _batch_size(r)
+        batch, todo = todo[:size], todo[size:]
+        try:
+            vectors = await embedder.aembed([piece.text for piece in batch], priority="bulk")
+        except EngineError as exc:
+            log.warning("document %s: embedding engine unavailable (%s); given back", document.pk, exc)
+            await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
+            raise
+        if not await database_sync_to_async(claims.chunks_store)(
+            document_id=document.pk,
+            collection_id=document.collection_id,
+            worker=worker,
+            chunker=chunker,
+            rows=list(zip(batch, vectors, strict=True)),
+        ):
+            return  # another worker holds it now
+    await database_sync_to_async(claims.document_finish)(document_id=document.pk, worker=worker)
+
+
+async def index_collection(*, collection_id: int, worker: str, seconds: float) -> str:
+    """Index the collection's waiting documents until none is left ("done") or `seconds` pass
+    ("continue"); "engine_unavailable" when the embedding engine is away; "running" when another
+    run holds the collection."""
+    deadline = time.monotonic() + seconds
+    embedder = embedding_client()
+    r = redisconn.new_client()
+    lock = IndexerLock(r, collection_id)
+    try:
+        if not await lock.acquire():
+            return "running"
+        while time.monotonic() < deadline:
+            if not await lock.refresh():
+                return "running"
+            document = await database_sync_to_async(claims.document_claim)(
+                collection_id=collection_id, worker=worker
+            )
+            if document is None:
+                return "done"
+            try:
+                await index_document(document, worker=worker, embedder=embedder, r=r, lock=lock)
+            except EngineError:
+                return "engine_unavailable"
+        return "continue"
+    finally:
+        try:
+            await lock.release()
+        finally:
+            await r.aclose()

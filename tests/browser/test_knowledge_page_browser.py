@@ -1,0 +1,68 @@
+"""The collections page in Chromium, on daphne with a real Celery worker indexing on the bulk queue: make
+a collection, upload two files, watch them become ready, delete one; a failed document says why."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from playwright.sync_api import expect
+
+from knowledge import services
+from knowledge.models import Collection, Document
+from tests.conftest import log_in
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
+
+
+def test_it_uploads_two_files_watches_them_become_ready_and_deletes_one(
+    page, product_server, celery_worker, tmp_path
+):
+    get_user_model().objects.create_user("reader", password="pw-reader-123")
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    log_in(page, product_server, "reader", "pw-reader-123")
+    page.click("#collections-link")
+    expect(page.locator("#no-collections")).to_be_visible()
+    page.fill("#new-collection input[name=name]", "Handbook")
+    page.click("#new-collection [type=submit]")
+    section = page.locator("section.collection", has_text="Handbook")
+    expect(section.locator(".collection-counts")).to_have_text("No documents yet.")
+    parking, leave = tmp_path / "parking.txt", tmp_path / "leave.md"
+    parking.write_text("Staff may park in the north garage; visitors use the south lot after nine.")
+    leave.write_text("# Leave\n\nEmployees accrue twenty-five days of paid vacation per calendar year.")
+    section.get_by_label("Upload documents").set_input_files([parking, leave])
+    expect(section.locator(".collection-status")).to_have_text("2 added.")
+    expect(section.locator("tbody tr")).to_have_count(2)
+    # The worker reads and embeds them; the page polls until both are ready.
+    expect(section.locator('.doc-status[data-status="ready"]')).to_have_count(2, timeout=120_000)
+    expect(section.locator(".collection-counts")).to_contain_text("2 of 2 documents ready")
+    assert section.locator("progress").evaluate("(bar) => [bar.value, bar.max]") == [2, 2]
+    assert Document.objects.filter(status="ready", chunks_done__gt=0).count() == 2
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    section.get_by_role("button", name="Delete parking.txt").click()
+    expect(section.locator("tbody tr")).to_have_count(1)
+    expect(section.locator("tbody tr")).to_contain_text("leave.md")
+    assert list(Document.objects.values_list("name", flat=True)) == ["leave.md"]
+    assert errors == []
+
+
+def test_a_failed_document_says_why_and_a_reader_gets_no_buttons_to_change(page, product_server):
+    markup = '<img src=x data-probe="1">'
+
+    User = get_user_model()
+    staff = User.objects.create_user("boss", password="pw-boss-123456", is_staff=True)
+    User.objects.create_user("ada", password="pw-ada-123456")
+    shared = services.collection_create(
+        owner=staff, name="Site handbook", description=markup, visibility="site"
+    )
+    services.documents_add(collection=shared, uploads=[SimpleUploadedFile("broken.pdf", b"%PDF-1.4 junk")])
+    Document.objects.update(status="failed", error="The PDF could not be read. " + markup)
+    log_in(page, product_server, "ada", "pw-ada-123456", "/accounts/login/?next=/collections/")
+    section = page.locator("section.collection", has_text="Site handbook")
+    # Names, descriptions and errors are text, never markup.
+    expect(section.locator(".collection-about")).to_have_text("by boss · Everyone on the site · " + markup)
+    expect(section.locator(".doc-status")).to_have_text("Failed: The PDF could not be read. " + markup)
+    assert page.locator("[data-probe]").count() == 0
+    expect(section.locator(".collection-counts")).to_have_text("0 of 1 documents ready · 1 failed")
+    assert section.locator("button, input[type=file]").count() == 0
+    assert Collection.objects.count() == 1

@@ -1,0 +1,170 @@
+"""Documents into a collection: stored once by content, read, chunked, embedded and stored once each,
+an interrupted document finished without embedding its stored chunks again, quotas refused whole."""
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test import override_settings
+from django.utils import timezone
+
+from httpkit.errors import Refusal
+from inference.engine import embedding_client
+from knowledge import chunking, claims, fulltext, indexing, services
+from knowledge.models import Chunk, Document
+from tests.jobs_pdf import pdf_with_text
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
+
+
+def upload(name: str, text: str | bytes) -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, text.encode() if isinstance(text, str) else text)
+
+
+@pytest.fixture
+def owner():
+    return get_user_model().objects.create_user("reader", password="pw-reader-123")
+
+
+@pytest.fixture
+def collection(owner):
+    return services.collection_create(owner=owner, name="Handbook")
+
+
+class CountingEmbedder:
+    """The real embedding client, counting the texts it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.inner = embedding_client()
+        self.texts: list[str] = []
+
+    async def aembed(self, texts, *, priority="bulk"):
+        self.texts.extend(texts)
+        return await self.inner.aembed(texts, priority=priority)
+
+
+def index(collection_id: int) -> str:
+    return asyncio.run(indexing.index_collection(collection_id=collection_id, worker="test/1", seconds=120))
+
+
+def long_text(topic: str, n: int = 400) -> str:
+    return " ".join(f"{topic} sentence {i} about the {topic} policy." for i in range(n))
+
+
+def test_it_stores_a_document_once_and_indexes_every_chunk_once(collection):
+    result = services.documents_add(
+        collection=collection,
+        uploads=[upload("a.txt", long_text("holiday")), upload("b.md", "# Travel\n\nTrains are booked.")],
+    )
+    assert [d.name for d in result["added"]] == ["a.txt", "b.md"]
+    again = services.documents_add(collection=collection, uploads=[upload("copy.txt", long_text("holiday"))])
+    assert again["added"] == [] and again["duplicates"] == ["copy.txt"]
+    assert index(collection.pk) == "done"
+    for document in Document.objects.filter(collection=collection):
+        assert document.status == Document.Status.READY, document.error
+        positions = list(document.chunks.values_list("position", flat=True))
+        assert positions == list(range(document.chunks_total)) and document.chunks_done == len(positions)
+        assert document.chunker == chunking.chunker_id()
+    assert fulltext.search("trains", [collection.pk], 5)
+
+
+def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks_again(collection):
+    services.documents_add(collection=collection, uploads=[upload("long.txt", long_text("pension", 600))])
+    document = Document.objects.get(collection=collection)
+    # A first worker reads the document, stores its first batch and dies.
+    held = claims.document_claim(collection_id=collection.pk, worker="dead/1")
+    pieces = chunking.pieces(held.text)
+    assert len(pieces) > 10
+    claims.document_chunker_set(
+        document_id=held.pk, worker="dead/1", chunker=chunking.chunker_id(), total=len(pieces), tokens=0
+    )
+    first = pieces[:4]
+    vectors = embedding_client().embed([p.text for p in first])
+    claims.chunks_store(
+        document_id=held.pk,
+        collection_id=collection.pk,
+        worker="dead/1",
+        chunker=chunking.chunker_id(),
+        rows=list(zip(first, vectors, strict=True)),
+    )
+    Document.objects.filter(pk=held.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+
+    embedder = CountingEmbedder()
+    real = indexing.embedding_client
+    indexing.embedding_client = lambda: embedder
+    try:
+        assert index(collection.pk) == "done"
+    finally:
+        indexing.embedding_client = real
+    assert embedder.texts == [p.text for p in pieces[4:]]
+    document.refresh_from_db()
+    assert document.status == Document.Status.READY and document.attempts == 2
+    assert list(document.chunks.values_list("position", flat=True)) == list(range(len(pieces)))
+    # The dead worker, come back, can no longer write.
+    assert not claims.chunks_store(
+        document_id=held.pk, collection_id=collection.pk, worker="dead/1", chunker="x", rows=[]
+    )
+    assert not claims.document_finish(document_id=held.pk, worker="dead/1")
+
+
+def test_a_pdf_is_read_in_the_child_process_and_its_passages_name_their_pages(collection):
+    data = pdf_with_text(
+        "The first page is about apples. " + "Apples grow on trees in orchards. " * 3,
+        "The second page is about bicycles. " + "Bicycles have two wheels and pedals. " * 3,
+    )
+    services.documents_add(collection=collection, uploads=[upload("fruit.pdf", data)])
+    with override_settings(KNOWLEDGE_CHUNK_TOKENS=16, KNOWLEDGE_CHUNK_OVERLAP=0):
+        assert index(collection.pk) == "done"
+    document = Document.objects.get(collection=collection)
+    assert document.status == Document.Status.READY and document.source is None
+    pages = dict(Chunk.objects.filter(document=document).values_list("text", "page"))
+    assert any("bicycles" in text and page == 2 for text, page in pages.items())
+    assert any("apples" in text and page == 1 for text, page in pages.items())
+
+
+def test_an_unreadable_document_fails_with_its_reason_and_the_others_go_on(collection):
+    services.documents_add(
+        collection=collection,
+        uploads=[upload("broken.pdf", b"%PDF-1.4 not really"), upload("fine.txt", "Fine text here.")],
+    )
+    assert index(collection.pk) == "done"
+    broken = Document.objects.get(name="broken.pdf")
+    assert broken.status == Document.Status.FAILED and broken.error
+    assert Document.objects.get(name="fine.txt").status == Document.Status.READY
+
+
+def test_deleting_a_document_or_a_collection_deletes_its_chunks_and_their_search_rows(collection, owner):
+    services.documents_add(collection=collection, uploads=[upload("a.txt", "Zebras graze at noon.")])
+    index(collection.pk)
+    assert fulltext.search("zebras", [collection.pk], 5)
+    services.document_delete(document=Document.objects.get(collection=collection))
+    assert not Chunk.objects.exists()
+    assert fulltext.search("zebras", [collection.pk], 5) == []
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM knowledge_chunk_fts WHERE knowledge_chunk_fts MATCH 'zebras'"
+            )
+            assert cursor.fetchone()[0] == 0
+    other = services.collection_create(owner=owner, name="Other")
+    services.documents_add(collection=other, uploads=[upload("b.txt", "Lions sleep.")])
+    index(other.pk)
+    services.collection_delete(collection=other)
+    assert not Chunk.objects.exists() and not Document.objects.exists()
+
+
+def test_a_quota_refuses_the_whole_upload_and_stores_nothing(collection):
+    with override_settings(KNOWLEDGE_MAX_DOCUMENTS_PER_USER=2):
+        with pytest.raises(Refusal) as refused:
+            services.documents_add(
+                collection=collection, uploads=[upload(f"{i}.txt", f"text {i}") for i in range(3)]
+            )
+    assert refused.value.code == "quota_exceeded"
+    assert not Document.objects.exists()
+    with override_settings(KNOWLEDGE_MAX_BYTES_PER_USER=10):
+        with pytest.raises(Refusal):
+            services.documents_add(collection=collection, uploads=[upload("big.txt", "x" * 11)])
+    assert not Document.objects.exists()

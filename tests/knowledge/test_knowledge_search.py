@@ -1,0 +1,78 @@
+"""Hybrid retrieval: vectors and words fused; a paraphrase found by meaning, a rare word by the text
+index; only the collections asked for, which the caller has checked the user may read."""
+
+import asyncio
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from inference.engine import embedding_client
+from knowledge import indexing, search, services
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
+
+FACTS = {
+    "parking.txt": "Staff may park in the north garage; visitors use the south lot after nine.",
+    "leave.txt": "Employees accrue twenty-five days of paid vacation per calendar year.",
+    "expenses.txt": "Receipts for travel costs must be submitted within thirty days of the trip.",
+    "security.txt": "Badges must be worn visibly at all times inside the building.",
+    "kitchen.txt": "The espresso machine on floor three is descaled every Friday by facilities.",
+}
+
+
+def ask(question: str, collections: list[int], mode: str = "hybrid", top_k: int = 3):
+    vector = embedding_client().embed([question], priority="query")[0]
+    return search.passages(
+        question=question, query_vector=vector, collection_ids=collections, top_k=top_k, mode=mode
+    )
+
+
+@pytest.fixture
+def handbook():
+    owner = get_user_model().objects.create_user("owner", password="pw-owner-123")
+    collection = services.collection_create(owner=owner, name="Handbook")
+    services.documents_add(
+        collection=collection, uploads=[SimpleUploadedFile(n, t.encode()) for n, t in FACTS.items()]
+    )
+    asyncio.run(indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=60))
+    return collection
+
+
+def test_a_paraphrase_finds_the_fact_by_meaning(handbook):
+    found = ask("How much holiday time do workers get each year?", [handbook.pk], mode="vector")
+    assert found[0].document == "leave.txt"
+    assert found[0].similarity > 0.3
+    hybrid = ask("How much holiday time do workers get each year?", [handbook.pk])
+    assert hybrid[0].document == "leave.txt"
+
+
+def test_a_rare_word_finds_the_fact_by_text(handbook):
+    found = ask("descaled", [handbook.pk], mode="text")
+    assert [p.document for p in found] == ["kitchen.txt"]
+    assert found[0].similarity is None
+    assert ask("When is the espresso machine descaled?", [handbook.pk])[0].document == "kitchen.txt"
+
+
+def test_passages_name_their_document_and_carry_their_text(handbook):
+    best = ask("Where can visitors park?", [handbook.pk])[0]
+    assert best.document == "parking.txt" and "south lot" in best.text
+    assert best.as_dict()["document_name"] == "parking.txt"
+
+
+def test_it_searches_only_the_collections_it_is_given(handbook):
+    other_owner = get_user_model().objects.create_user("other", password="pw-other-1234")
+    other = services.collection_create(owner=other_owner, name="Other")
+    services.documents_add(
+        collection=other,
+        uploads=[SimpleUploadedFile("secret.txt", b"The vault code is kept by the espresso team.")],
+    )
+    asyncio.run(indexing.index_collection(collection_id=other.pk, worker="test/2", seconds=60))
+    found = ask("espresso vault code", [handbook.pk], top_k=10)
+    assert found and {p.collection_id for p in found} == {handbook.pk}
+    assert "secret.txt" in {p.document for p in ask("espresso vault code", [other.pk])}
+    assert ask("espresso", []) == []
+
+
+def test_fusion_sums_reciprocal_ranks_across_rankings():
+    assert search.fuse([[1, 2], [2, 3]], 60)[2] == pytest.approx(1 / 62 + 1 / 61)
