@@ -98,6 +98,7 @@ BUSY_DETAILS = {
     "document_reads": "Many documents are being read right now; try again shortly.",
     "knowledge_uploads": "Too many uploads to collections at once; try again shortly.",
     "knowledge_searches": "Too many searches of collections at once; try again shortly.",
+    "embeddings": "The embedding engine has many texts waiting; try again shortly.",
 }
 
 

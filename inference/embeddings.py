@@ -62,20 +62,29 @@ class EmbeddingClient:
 
     async def aembed(self, texts: Sequence[str], *, priority: str = "query") -> list[list[float]]:
         """The vectors of `texts`, in their order."""
+        return (await self.aembed_counted(texts, priority=priority))[0]
+
+    async def aembed_counted(
+        self, texts: Sequence[str], *, priority: str = "query"
+    ) -> tuple[list[list[float]], int]:
+        """The vectors of `texts`, in their order, and the tokens the model read of them."""
         vectors: list[list[float]] = []
+        tokens = 0
         for start in range(0, len(texts), MAX_INPUTS):
             body = self._body(texts[start : start + MAX_INPUTS], priority)
             self.breaker.before_call()
             try:
                 response = await self._async().post("/v1/embeddings", content=body)
-                vectors += self._vectors(response)
+                got, read = self._counted(response)
             except BaseException as exc:
                 failure = self._failed(exc)
                 if failure is exc:
                     raise
                 raise failure from exc
             self.breaker.record(None)
-        return vectors
+            vectors += got
+            tokens += read
+        return vectors, tokens
 
     def tokens(self, text: str) -> int:
         """How many tokens the model reads `text` as, its special tokens included (blocks)."""
@@ -116,10 +125,16 @@ class EmbeddingClient:
         return failure
 
     @staticmethod
-    def _vectors(response: httpx.Response) -> list[list[float]]:
+    def _counted(response: httpx.Response) -> tuple[list[list[float]], int]:
         _raise_for(response)
-        data = sorted(orjson.loads(response.content)["data"], key=lambda item: item["index"])
-        return [array("f", base64.b64decode(item["embedding"])).tolist() for item in data]
+        body = orjson.loads(response.content)
+        data = sorted(body["data"], key=lambda item: item["index"])
+        vectors = [array("f", base64.b64decode(item["embedding"])).tolist() for item in data]
+        return vectors, int((body.get("usage") or {}).get("prompt_tokens") or 0)
+
+    @classmethod
+    def _vectors(cls, response: httpx.Response) -> list[list[float]]:
+        return cls._counted(response)[0]
 
     def close(self) -> None:
         if self._sync is not None:

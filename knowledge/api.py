@@ -13,7 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import TokenRefused, bearer_token, token_user
 from apitokens.models import Scope
-from httpkit.errors import Refusal, not_found, unauthenticated
+from httpkit.errors import Refusal, busy, not_found, unauthenticated
 from httpkit.json import check_csrf, json_view, read_json
 from httpkit.validation import checked
 from inference.client import EngineError
@@ -172,7 +172,7 @@ def collection_search(request: HttpRequest) -> HttpResponse:
             vector = embedding_client().embed([query], priority="query")[0]
         except EngineError as exc:
             if exc.code == "busy":
-                raise Refusal("busy", "the embedding engine is busy", **exc.extra) from None
+                raise busy("embeddings", exc.extra.get("retry_after", 1.0)) from None
             raise Refusal("engine_unavailable", "the embedding engine is not answering") from None
     found = search.passages(
         question=query,

@@ -6,7 +6,9 @@ carries HTTP. A request field the product cannot honour is refused by name (400)
 ignored: a client asking for tools must not get an answer that silently used none.
 """
 
+import base64
 import uuid
+from array import array
 from typing import Annotated, Any
 
 from django.conf import settings
@@ -204,6 +206,65 @@ class ChatCompletionRequest(Input):
 def chat_completion_request(data: dict) -> ChatCompletionRequest:
     """Check a `POST /v1/chat/completions` body; the Refusal names the first bad field (`param`)."""
     return checked(ChatCompletionRequest, data)
+
+
+# Texts one `POST /v1/embeddings` may carry (OpenAI's bound).
+EMBEDDING_MAX_INPUTS = 2048
+
+
+class EmbeddingRequest(Input):
+    """A `POST /v1/embeddings` body: `input` a text or a list of texts (token arrays are refused);
+    `dimensions`, where given, must be the model's own (the product does not shorten vectors)."""
+
+    names_param = True
+    model: Annotated[StrictStr, Field(min_length=1)] = Field(
+        None, validate_default=True, description="'model' must be the name of the embedding model"
+    )
+    input: Any = Field(None, validate_default=True)
+    encoding_format: Annotated[
+        str, Field(pattern="^(float|base64)$", description="'encoding_format' must be float or base64")
+    ] = "float"
+    dimensions: Annotated[StrictInt, Field(description="'dimensions' must be an integer")] | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, value: object) -> list[str]:
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise refuse("invalid_field", "'input' must be a string or a non-empty list of strings")
+        if len(texts) > EMBEDDING_MAX_INPUTS:
+            raise refuse("invalid_field", f"'input' may hold at most {EMBEDDING_MAX_INPUTS} texts")
+        if any(not t.strip() for t in texts):
+            raise refuse("invalid_field", "'input' must not hold an empty text")
+        return texts
+
+    @field_validator("dimensions")
+    @classmethod
+    def _dimensions(cls, value: int | None) -> int | None:
+        if value is not None and value != settings.EMBEDDING_DIMENSIONS:
+            raise refuse(
+                "invalid_field", f"'dimensions' must be {settings.EMBEDDING_DIMENSIONS}, the model's own"
+            )
+        return value
+
+
+def embedding_request(data: dict) -> EmbeddingRequest:
+    """Check a `POST /v1/embeddings` body; the Refusal names the first bad field (`param`)."""
+    return checked(EmbeddingRequest, data)
+
+
+def embeddings(*, vectors: list[list[float]], model: str, prompt_tokens: int, encoding_format: str) -> dict:
+    def encoded(vector: list[float]) -> list[float] | str:
+        if encoding_format == "base64":
+            return base64.b64encode(array("f", vector).tobytes()).decode()
+        return vector
+
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
 
 
 # Building responses.

@@ -14,13 +14,15 @@ from django.views.decorators.csrf import csrf_exempt
 
 from apitokens.auth import TokenRefused, bearer_token, token_user
 from apitokens.models import Scope
-from httpkit.errors import Refusal, unauthenticated
+from httpkit.errors import Refusal, busy, unauthenticated
 from httpkit.json import error_response, read_json
 from httpkit.sse import event_stream, sse_event
 from inference.access import models_for
-from inference.client import Completion, TextDelta
-from inference.engine import engine_client
+from inference.client import Completion, EngineError, TextDelta
+from inference.engine import embedding_client, engine_client
 from openai_api import protocol, serving
+from usage.models import UsageDay
+from usage.services import usage_check, usage_record
 
 
 def openai_errors(view: Callable) -> Callable:
@@ -108,6 +110,36 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             text="".join(parts),
             finish_reason=event.finish_reason,
             usage=protocol.usage(event.prompt_tokens, event.cached_tokens, event.completion_tokens),
+        )
+    )
+
+
+@openai_errors
+async def embeddings(request: HttpRequest) -> JsonResponse:
+    """The vectors of the texts the client sends, from the embedding engine, counted in its usage."""
+    _method(request, "POST")
+    user = await _api_user(request)
+    asked = protocol.embedding_request(read_json(request, max_bytes=settings.API_MAX_REQUEST_BYTES))
+    if asked.model != settings.EMBEDDING_MODEL_NAME:
+        detail = f"The model '{asked.model}' does not exist; the embedding model is "
+        raise Refusal("model_not_found", f"{detail}'{settings.EMBEDDING_MODEL_NAME}'.", param="model")
+    await sync_to_async(usage_check)(user=user)
+    try:
+        vectors, tokens = await embedding_client().aembed_counted(asked.input, priority="query")
+    except EngineError as exc:
+        if exc.code == "busy":
+            raise busy("embeddings", exc.extra.get("retry_after", 1.0)) from None
+        raise Refusal("engine_unavailable", "The embedding engine is not answering.") from None
+    await sync_to_async(usage_record)(
+        user_id=user.pk,
+        source=UsageDay.Source.API,
+        prompt_tokens=tokens,
+        cached_tokens=0,
+        completion_tokens=0,
+    )
+    return JsonResponse(
+        protocol.embeddings(
+            vectors=vectors, model=asked.model, prompt_tokens=tokens, encoding_format=asked.encoding_format
         )
     )
 
