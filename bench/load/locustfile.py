@@ -17,6 +17,7 @@ import random
 import time
 
 import gevent
+import gevent.event
 import gevent.queue
 import websocket
 from locust import HttpUser, User, between, events, task
@@ -182,6 +183,9 @@ class ChatSocketUser(User):
         self.conversation = None
         self.ws = None
         self.following = False
+        # Set while the socket is open: what the user sends while it opens again waits, as the
+        # page's outbox keeps it.
+        self.opened = gevent.event.Event()
         self.connect()
         arrive()
 
@@ -221,6 +225,7 @@ class ChatSocketUser(User):
             refused("WS", "busy", frame.get("retry_after"))
         report("WS", name, opened)
         self.ws = ws
+        self.opened.set()
         self.frames: gevent.queue.Queue = gevent.queue.Queue()
         self.reader = gevent.spawn(self._read, self.ws, self.frames)
         return refusals
@@ -254,6 +259,7 @@ class ChatSocketUser(User):
         except Exception as exc:
             frames.put({"type": "_closed", "detail": repr(exc)})
             if ws is self.ws and not self.following:  # lost, not closed by the user
+                self.opened.clear()
                 self.reconnect()
 
     def close(self) -> None:
@@ -263,6 +269,7 @@ class ChatSocketUser(User):
             self.reader.join(timeout=5)
 
     def send(self, frame: dict) -> None:
+        self.opened.wait(MODEL.answer_timeout)
         self.ws.send(json.dumps(frame))
 
     @task

@@ -1,7 +1,8 @@
 """`make loadtest`: simulated users against the product on this box, and the check that nothing was lost.
 
 Starts Redis, an engine (the fast stand-in, paced per stream and limited per batch, or vLLM) and the
-product (one daphne, or nginx in front of several under supervisord) with bench.processes' helpers, makes
+product (one daphne, or several under supervisord on one shared socket or behind nginx; one of them
+restarted mid-step with `--restart-after`) with bench.processes' helpers, makes
 the users' sessions and API keys up front, runs locust headless on bench/load/locustfile.py, then checks
 every answer a user saw end against the store (bench.load.check). Results go to var/loadtest/<time>/:
 locust's CSV files (`locust_stats.csv`: ttft, gap and total per surface, with percentiles), the answers,
