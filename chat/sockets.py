@@ -116,7 +116,10 @@ class _Sockets:
         # One after another: a query each, never thousands at once against the database pool.
         for socket in list(self._sockets.values()):
             if socket.socket_id in self._sockets:
-                await socket.notice(RECHECK)
+                try:
+                    await socket.notice(RECHECK)
+                except Exception:  # one socket's failure is not the others'
+                    log.exception("a socket could not check its login")
 
     def _handle(self, work) -> None:
         task = asyncio.create_task(work, name="chat-socket-notice")
