@@ -19,7 +19,7 @@ from django.test import Client
 from deploy.supervisor import Topology, write
 from enginehost.launcher import EngineConfig, EngineProcess
 from harness.processes import daphne_running, free_port, ports_in_a_row, redis_answers, redis_serving
-from harness.supervision import answers, supervisord_running
+from harness.supervision import BIN, Supervisord, answers, supervisord_running
 from harness.waiting import wait_for
 
 # The web processes run in production mode, as deployed: development mode (DEBUG, which `make`
@@ -99,17 +99,18 @@ def product_process(engine_url: str, **environment: str) -> Iterator[tuple[str, 
 
 @contextlib.contextmanager
 def cluster_process(
-    engine_url: str, web_processes: int, **environment: str
+    engine_url: str, web_processes: int, *, nginx: bool = True, **environment: str
 ) -> Iterator[tuple[str, list[int]]]:
-    """`web_processes` daphne processes behind nginx under supervisord, as `make run TOPOLOGY=cluster`
-    starts them, against `engine_url`: (nginx's base URL, the web processes' pids)."""
-    run_dir = logs() / "cluster"
+    """`web_processes` daphne processes under supervisord against `engine_url`, as `make run` starts
+    them: behind nginx (TOPOLOGY=cluster), or without it on the one listening socket supervisord
+    holds (`make run`'s default): (the site's base URL, the web processes' pids)."""
+    run_dir = cluster_dir()
     # Metrics in multiprocess mode, as `make run` keeps them: /metrics through nginx sums them all.
     metrics = run_dir / "metrics"
     shutil.rmtree(metrics, ignore_errors=True)
     metrics.mkdir(parents=True)
     port = ports_in_a_row(web_processes + 1)
-    topology = Topology(["web", "nginx"], web_port=port, web_processes=web_processes)
+    topology = Topology(["web", "nginx"] if nginx else ["web"], web_port=port, web_processes=web_processes)
     write(run_dir, topology)
     env = dict(
         os.environ,
@@ -122,8 +123,30 @@ def cluster_process(
     with supervisord_running(run_dir / "supervisord.conf", env, logs() / "cluster.log") as supervisor:
         base = f"http://127.0.0.1:{port}"
         backends = [f"http://127.0.0.1:{backend}/healthz/live" for _, backend in topology.web_backends()]
-        wait_for(lambda: all(answers(url) for url in [base + "/healthz/ready", *backends]), 90, "the cluster")
-        yield base, [supervisor.pid(name) for name, _ in topology.web_backends()]
+        wait_for(
+            lambda: all(answers(url) for url in [base + "/healthz/ready", *(backends if nginx else ())]),
+            90,
+            "the cluster",
+        )
+        yield base, [supervisor.pid(name) for name in web_programs(web_processes, nginx=nginx)]
+
+
+def cluster_dir() -> Path:
+    return logs() / "cluster"
+
+
+def web_programs(web_processes: int, *, nginx: bool) -> list[str]:
+    """The web processes' names in supervisord: one program each behind nginx, one fcgi group on
+    the shared socket."""
+    return [f"web-{i}" if nginx else f"web:web-{i}" for i in range(web_processes)]
+
+
+def restart_web(program: str) -> int:
+    """`make restart` for one web process of cluster_process's site: SIGTERM (it drains), then
+    started again; its new pid."""
+    conf = cluster_dir() / "supervisord.conf"
+    subprocess.run([BIN / "supervisorctl", "-c", conf, "restart", program], check=True, capture_output=True)
+    return Supervisord(conf, None).pid(program)
 
 
 @contextlib.contextmanager

@@ -37,9 +37,9 @@ ANSWER_FRAMES = frozenset({"chat.send", "chat.edit", "chat.regenerate", "chat.co
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
-    # No channel of the channel layer for each socket: what the process's sockets are told
-    # reaches them through chat.sockets.
-    channel_layer_alias = None
+    # What the process's sockets are told reaches them through chat.sockets; with
+    # CHAT_SOCKET_NOTICES=layer (the only setting that configures a channel layer) through the
+    # layer's groups, each socket a channel of it.
 
     @classmethod
     async def encode_json(cls, content: dict) -> str:
@@ -70,7 +70,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         session = self.scope.get("session")
         self.session_key = session.session_key if session is not None else None
         groups = [g for g in (socket_auth.login_group(session), socket_auth.user_group(self.user_id)) if g]
-        sockets.held().add(self, groups)
+        if self.channel_layer is None:
+            sockets.held().add(self, groups)
+        else:  # the layer's groups, left on disconnect by the base class
+            sockets.held().add(self, ())
+            self.groups = groups
+            for group in groups:
+                await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         metrics.websocket_opened()
         self._watch_expiry(socket_auth.known_expiry(session), read=True)
@@ -96,6 +102,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         deleted: close unless still logged in)."""
         if kind == socket_auth.CLOSE or not await self._still_logged_in():
             await self.close(code=4401)
+
+    async def session_closed(self, event: dict) -> None:
+        """A notice through the channel layer's groups (CHAT_SOCKET_NOTICES=layer)."""
+        await self.notice(event["type"])
+
+    session_recheck = session_closed
 
     async def _still_logged_in(self) -> bool:
         return await database_sync_to_async(socket_auth.still_logged_in)(self.user_id, self.session_key)

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 LOGIN_GROUP_KEY = "socket_group"
 CLOSE = "session.closed"
-RECHECK = "session.recheck"
+RECHECK = sockets.RECHECK
 DATABASE_ENGINES = (
     "accounts.sessions",
     "django.contrib.sessions.backends.db",

@@ -4,12 +4,12 @@ Each socket holds one of its user's socket slots in Redis (chat.rates), a lease 
 refreshed, and hears its login's logout and its user's changes (chat.socket_auth). Here one
 task refreshes the leases of all the loop's sockets, a pipeline of commands a round, and one
 subscription (redisconn.subscription) hears the notices for them all and hands each to the sockets
-it names. A task of each socket for its lease and a channel of the channel layer with two groups
-for its notices cost about 9 KiB a socket, two Redis round trips at each handshake and each close,
-and one every 20 s (docs/benchmarks.md, "Memory per connection").
+it names (docs/benchmarks.md, "Socket notices"). With CHAT_SOCKET_NOTICES=layer the notices go
+through channels-redis's pub/sub layer instead, a channel of it for each socket in its two groups
+(chat.consumers), and the lease round stays here.
 
-Notices are best effort, as the channel layer's groups were: one published while Redis is away is
-not heard, and the socket still checks its login before the next frame it acts on.
+A notice published while Redis is away is not heard: once the subscription is up again, every
+socket checks its login, one after another, and closes if it no longer holds.
 """
 
 import asyncio
@@ -21,6 +21,9 @@ from typing import Protocol
 import orjson
 import redis
 import redis.asyncio as aioredis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
@@ -28,6 +31,9 @@ from chat import rates
 from eventloops import PerLoop
 from redisconn import keys
 from redisconn.subscription import Subscription
+
+# A socket notice that asks each socket to check its login again (chat.socket_auth.RECHECK).
+RECHECK = "session.recheck"
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,12 @@ class _Sockets:
         self._groups: defaultdict[str, set[str]] = defaultdict(set)
         self._in_groups: dict[str, tuple[str, ...]] = {}
         self._refresher: asyncio.Task | None = None
-        self._notices = Subscription("socket notices", keys.CHAT_SOCKET_NOTICES, self._deliver)
+        self._notices = Subscription(
+            "socket notices", keys.CHAT_SOCKET_NOTICES, self._deliver, resubscribed=self._resubscribed
+        )
         self._handling: set[asyncio.Task] = set()
+        # Whether the subscription was up since it started: up again means it was lost meanwhile.
+        self._heard_before = False
 
     def add(self, socket: Socket, groups: Iterable[str]) -> None:
         self._sockets[socket.socket_id] = socket
@@ -74,6 +84,7 @@ class _Sockets:
             self._refresher.cancel()
             self._refresher = None
             self._notices.stop()
+            self._heard_before = False
 
     def __len__(self) -> int:
         return len(self._sockets)
@@ -92,9 +103,28 @@ class _Sockets:
         for socket_id in list(self._groups.get(notice["group"], ())):
             socket = self._sockets.get(socket_id)
             if socket is not None:
-                task = asyncio.create_task(socket.notice(notice["kind"]), name="chat-socket-notice")
-                self._handling.add(task)
-                task.add_done_callback(self._handled)
+                self._handle(socket.notice(notice["kind"]))
+
+    async def _resubscribed(self, r: aioredis.Redis) -> None:
+        if self._heard_before:
+            # What was published while the subscription was down is lost: every socket checks.
+            log.info("socket notices heard again: %d sockets check their logins", len(self._sockets))
+            self._handle(self._recheck_all())
+        self._heard_before = True
+
+    async def _recheck_all(self) -> None:
+        # One after another: a query each, never thousands at once against the database pool.
+        for socket in list(self._sockets.values()):
+            if socket.socket_id in self._sockets:
+                try:
+                    await socket.notice(RECHECK)
+                except Exception:  # one socket's failure is not the others'
+                    log.exception("a socket could not check its login")
+
+    def _handle(self, work) -> None:
+        task = asyncio.create_task(work, name="chat-socket-notice")
+        self._handling.add(task)
+        task.add_done_callback(self._handled)
 
     def _handled(self, task: asyncio.Task) -> None:
         self._handling.discard(task)
@@ -108,4 +138,7 @@ held = PerLoop(_Sockets)
 
 def publish(r: redis.Redis, group: str, kind: str) -> None:
     """Tell every socket of `group`, in every web process, of `kind` (sync: views and signals)."""
-    r.publish(keys.CHAT_SOCKET_NOTICES, orjson.dumps({"group": group, "kind": kind}))
+    if settings.CHAT_SOCKET_NOTICES == "layer":
+        async_to_sync(get_channel_layer().group_send)(group, {"type": kind})
+    else:
+        r.publish(keys.CHAT_SOCKET_NOTICES, orjson.dumps({"group": group, "kind": kind}))

@@ -306,6 +306,17 @@ CHAT_MAX_ACTIVE_TOTAL = env_int("CHAT_MAX_ACTIVE_TOTAL", INFERENCE_MAX_NUM_SEQS,
 CHAT_MESSAGES_PER_MINUTE = env_int("CHAT_MESSAGES_PER_MINUTE", 20, minimum=1)
 CHAT_SOCKET_FRAMES_PER_MINUTE = env_int("CHAT_SOCKET_FRAMES_PER_MINUTE", 120, minimum=1)
 CHAT_MAX_SOCKETS_PER_USER = env_int("CHAT_MAX_SOCKETS_PER_USER", 20, minimum=1)
+# How a logout or a user's change reaches the chat sockets of every web process: one Redis
+# subscription a process (chat.sockets), or channels-redis's pub/sub channel layer, a channel of it
+# a socket in two groups, which holds more a socket (docs/benchmarks.md, "Socket notices").
+CHAT_SOCKET_NOTICES = env_choice("CHAT_SOCKET_NOTICES", "subscription", {"subscription", "layer"})
+if CHAT_SOCKET_NOTICES == "layer":
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
 CHAT_CONVERSATION_CHANGES_PER_MINUTE = env_int("CHAT_CONVERSATION_CHANGES_PER_MINUTE", 30, minimum=1)
 CHAT_BUSY_RETRY_AFTER = env_float("CHAT_BUSY_RETRY_AFTER", 2.0, minimum=0.1)
 # Attachments read at once (each in a child process of the web process, documents/).

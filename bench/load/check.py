@@ -37,6 +37,9 @@ def check_answers(out: Path, usernames: dict[str, list[str]]) -> dict:
     answers = out / "answers.jsonl"
     trouble = locust_trouble(out)
     records = [json.loads(line) for line in answers.read_text().splitlines()] if answers.exists() else []
+    # A socket lost while idle (a web process restarted) and opened again: its tries refused.
+    reconnects = [r["reconnect"] for r in records if "reconnect" in r]
+    records = [r for r in records if "reconnect" not in r]
     errors = [r for r in records if "error" in r]
     chat = [r for r in records if "error" not in r and r["surface"] in ("ws", "sse")]
     api = [r for r in records if "error" not in r and r["surface"] == "api"]
@@ -67,6 +70,12 @@ def check_answers(out: Path, usernames: dict[str, list[str]]) -> dict:
         "errors": dict(Counter(f"{r['surface']} {r['error']}" for r in errors)),
         "mismatches": mismatches[:20],
         "mismatch_count": len(mismatches),
+        "reconnects": {
+            "sockets": len(reconnects),
+            "refused_total": sum(reconnects),
+            "refused_most": max(reconnects, default=0),
+            "sockets_by_refusals": {str(n): count for n, count in sorted(Counter(reconnects).items())},
+        },
     }
 
 
@@ -87,6 +96,7 @@ def summary(stats: Path, result: dict, out: Path) -> str:
         f"answers ended: {result['answers']}",
         f"errors other than busy: {result['errors'] or 'none'}",
         f"stored text differing from streamed text: {result['mismatch_count']}",
+        f"sockets lost and opened again: {result['reconnects']}",
         f"failed requests and task exceptions (locust): {result['locust_trouble'] or 'none'}",
         "CHECK " + ("PASSED" if result["passed"] else "FAILED"),
     ]

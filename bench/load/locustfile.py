@@ -13,6 +13,7 @@ import random
 import time
 
 import gevent
+import gevent.event
 import gevent.queue
 import websocket
 from locust import HttpUser, User, between, events, task
@@ -145,6 +146,11 @@ def fetch(user: HttpUser, surface: str, path: str, **kwargs):
             return response
 
 
+# The chat page's reconnection backoff (static/frontend/connection.js), in seconds.
+RETRY_BASE = 0.5
+RETRY_CAP = 10.0
+
+
 def refused_socket(frame: dict) -> bool:
     """Whether `frame` is the web process's refusal of a handshake (reason `web_pending`): the socket
     closes with 4429 after it."""
@@ -172,37 +178,60 @@ class ChatSocketUser(User):
         self.me = identity("ws")
         self.conversation = None
         self.ws = None
+        self.following = False
+        # Set while the socket is open: what the user sends while it opens again waits, as the
+        # page's outbox keeps it.
+        self.opened = gevent.event.Event()
         self.connect()
         arrive()
 
     def on_stop(self) -> None:
         self.close()
 
-    def connect(self, name: str = "connect") -> None:
+    def connect(self, name: str = "connect", *, as_the_page: bool = False) -> int:
         """Open the page's socket; a reader greenlet answers pings and queues the frames. A web
         process at its bound on handshakes accepts, sends its `busy` frame at once and closes (4429):
-        the page waits `retry_after` and opens again, as this does."""
+        the page waits `retry_after` and opens again, as this does. With `as_the_page` (a socket
+        that was lost), a handshake that fails is tried again too, after the page's backoff (from
+        RETRY_BASE up to RETRY_CAP, full jitter) instead of failing the user. The tries refused."""
         url = self.host.replace("http", "ws", 1) + "/ws/chat/"
         started = time.perf_counter()  # what the user waits: refusals and their waits included
+        refusals, bound = 0, RETRY_BASE
         while True:
             try:
                 ws = websocket.create_connection(
                     url, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
                 )
             except Exception as exc:
-                report("WS", name, (time.perf_counter() - started) * 1000, repr(exc))
-                record(surface="ws", error="connect", detail=repr(exc))
-                raise
+                if not as_the_page:
+                    report("WS", name, (time.perf_counter() - started) * 1000, repr(exc))
+                    record(surface="ws", error="connect", detail=repr(exc))
+                    raise
+                refusals += 1
+                report("WS", f"refused {name}", 0)
+                gevent.sleep(random.uniform(0, bound))
+                bound = min(bound * 2, RETRY_CAP)
+                continue
             opened = (time.perf_counter() - started) * 1000
             frame = self._refusal(ws)
             if frame is None:
                 break
             ws.close()
+            refusals += 1
             refused("WS", "busy", frame.get("retry_after"))
         report("WS", name, opened)
         self.ws = ws
+        self.opened.set()
         self.frames: gevent.queue.Queue = gevent.queue.Queue()
         self.reader = gevent.spawn(self._read, self.ws, self.frames)
+        return refusals
+
+    def reconnect(self) -> None:
+        """What the page does when its socket is lost while nobody reads an answer (a web process
+        restarted): open again after a wait drawn below RETRY_BASE; each try refused is counted
+        for this socket (bench.load.check)."""
+        gevent.sleep(random.uniform(0, RETRY_BASE))
+        record(surface="ws", reconnect=self.connect("reconnect", as_the_page=True))
 
     @staticmethod
     def _refusal(ws) -> dict | None:
@@ -219,32 +248,39 @@ class ChatSocketUser(User):
             return frame
         raise RuntimeError(f"unexpected first frame {frame!r}")
 
-    @staticmethod
-    def _read(ws, frames) -> None:
+    def _read(self, ws, frames) -> None:
         try:
             while True:
                 frames.put(json.loads(ws.recv()))
         except Exception as exc:
             frames.put({"type": "_closed", "detail": repr(exc)})
+            if ws is self.ws and not self.following:  # lost, not closed by the user
+                self.opened.clear()
+                self.reconnect()
 
     def close(self) -> None:
         if self.ws is not None:
-            self.ws.close()
+            ws, self.ws = self.ws, None
+            ws.close()
             self.reader.join(timeout=5)
-            self.ws = None
 
     def send(self, frame: dict) -> None:
+        self.opened.wait(MODEL.answer_timeout)
         self.ws.send(json.dumps(frame))
 
     @task
     def turn(self) -> None:
-        if self.conversation is not None and random.random() < MODEL.p_new_conversation:
-            self.conversation = None
-        self.send({"type": "chat.send", "conversation": self.conversation, "content": prompt()})
-        answer = self.follow()
-        if answer is not None and random.random() < MODEL.p_regenerate:
-            self.send({"type": "chat.regenerate", "message": answer})
-            self.follow()
+        self.following = True
+        try:
+            if self.conversation is not None and random.random() < MODEL.p_new_conversation:
+                self.conversation = None
+            self.send({"type": "chat.send", "conversation": self.conversation, "content": prompt()})
+            answer = self.follow()
+            if answer is not None and random.random() < MODEL.p_regenerate:
+                self.send({"type": "chat.regenerate", "message": answer})
+                self.follow()
+        finally:
+            self.following = False
 
     def follow(self) -> int | None:
         """Read one answer to its end, stopping or reloading it on the way as the model says;

@@ -1,7 +1,8 @@
 """`make loadtest`: simulated users against the product on this box, and the check that nothing was lost.
 
 Starts Redis, an engine (the fast stand-in, paced per stream and limited per batch, or vLLM) and the
-product (one daphne, or nginx in front of several under supervisord) with bench.processes' helpers, makes
+product (one daphne, or several under supervisord on one shared socket or behind nginx; one of them
+restarted mid-step with `--restart-after`) with bench.processes' helpers, makes
 the users' sessions and API keys up front, runs locust headless on bench/load/locustfile.py, then checks
 every answer a user saw end against the store (bench.load.check). Results go to var/loadtest/<time>/:
 locust's CSV files (`locust_stats.csv`: ttft, gap and total per surface, with percentiles), the answers,
@@ -17,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -35,6 +37,8 @@ from bench.processes import (
     engine_config,
     engine_running,
     product_process,
+    restart_web,
+    web_programs,
 )
 from harness.processes import ROOT, redis_serving
 from harness.stand_in_engine import StandInEngine
@@ -54,10 +58,11 @@ def engine(options: argparse.Namespace) -> Iterator[str]:
 def product(options: argparse.Namespace, engine_url: str) -> Iterator[tuple[str, list[int]]]:
     """The product's base URL and its web processes' pids."""
     environment = {"CHAT_MAX_TOKENS": str(options.max_tokens), "LOG_LEVEL": "WARNING"}
-    if options.topology == "cluster":
-        if shutil.which("nginx") is None:
-            raise SystemExit("TOPOLOGY=cluster needs nginx: apt-get install nginx")
-        with cluster_process(engine_url, options.web_processes, **environment) as (base, pids):
+    if options.topology == "cluster" and shutil.which("nginx") is None:
+        raise SystemExit("TOPOLOGY=cluster needs nginx: apt-get install nginx")
+    if options.topology in ("cluster", "shared"):
+        nginx = options.topology == "cluster"
+        with cluster_process(engine_url, options.web_processes, nginx=nginx, **environment) as (base, pids):
             yield base, pids
     else:
         with product_process(engine_url, **environment) as (base, process):
@@ -97,6 +102,35 @@ def engine_gap_ms(options: argparse.Namespace, running: float) -> float:
     )
     engine.running = max(int(running), 1)
     return engine.pace() * 1000
+
+
+@contextlib.contextmanager
+def restarting(options: argparse.Namespace, pids: list[int]) -> Iterator[dict]:
+    """With `--restart-after S`: the first web process restarted S seconds into the step, as `make
+    restart` restarts each (it drains, then starts again), while the users' sockets stay open; its
+    pid in `pids` is the new one's, and the dict says when it went and came back."""
+    if options.restart_after is None:
+        yield {}
+        return
+    if options.topology == "single":
+        raise SystemExit("--restart-after needs several web processes: --topology shared or cluster")
+    when: dict = {}
+    program = web_programs(options.web_processes, nginx=options.topology == "cluster")[0]
+
+    def restart() -> None:
+        time.sleep(options.restart_after)
+        started = time.monotonic()
+        pids[0] = restart_web(program)
+        when.update(
+            program=program, after_s=options.restart_after, took_s=round(time.monotonic() - started, 1)
+        )
+
+    thread = threading.Thread(target=restart, daemon=True)
+    thread.start()
+    try:
+        yield when
+    finally:
+        thread.join()
 
 
 def locust(options: argparse.Namespace, model: Model, base: str, plan: Path, out: Path, users: int) -> int:
@@ -153,8 +187,18 @@ def main(chosen: stores.Stores) -> None:
         help="fast engine: how much slower each stream goes with a full batch than alone (1: twice as slow)",
     )
     cli.add_argument("--max-tokens", type=int, default=256, help="CHAT_MAX_TOKENS: tokens per answer")
-    cli.add_argument("--topology", choices=("single", "cluster"), default="single")
-    cli.add_argument("--web-processes", type=int, default=2, help="cluster: web processes behind nginx")
+    cli.add_argument(
+        "--topology",
+        choices=("single", "shared", "cluster"),
+        default="single",
+        help="one daphne; `make run`'s web processes on one shared socket; or nginx in front of them",
+    )
+    cli.add_argument("--web-processes", type=int, default=2, help="shared, cluster: web processes")
+    cli.add_argument(
+        "--restart-after",
+        type=float,
+        help="restart the first web process this many seconds into each step (shared, cluster)",
+    )
     cli.add_argument("--output", type=Path, default=Path(settings.DATA_DIR) / "loadtest")
     cli.add_argument(
         stores.FLAG,
@@ -191,6 +235,7 @@ def main(chosen: stores.Stores) -> None:
                     with (
                         Peaks(base, pids, engine_url) as peaks,
                         profile if options.profile else nullcontext(),
+                        restarting(options, pids) as restarted,
                     ):
                         codes.append(locust(options, model, base, plan_file, step, users))
                     after = take(base, pids, settings.REDIS_URL)
@@ -205,6 +250,8 @@ def main(chosen: stores.Stores) -> None:
                             "errors": results[-1]["errors"],
                             "errors_other_than_busy": sum(results[-1]["errors"].values()),
                             "stored_unlike_streamed": results[-1]["mismatch_count"],
+                            "restart": restarted or None,
+                            "reconnects": results[-1]["reconnects"],
                             "profile": profile.top() if options.profile else None,
                             "bulk_job": job_state(job),
                         }

@@ -1,0 +1,23 @@
+"""The load test's check (bench.load.check): each socket a restart cut and the page opened again is
+counted with its refused tries, apart from the answers and the errors."""
+
+import json
+
+import pytest
+
+from bench.load.check import check_answers
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_counts_each_reopened_sockets_refused_tries_apart_from_the_answers(tmp_path):
+    records = [{"surface": "ws", "reconnect": n} for n in (0, 1, 1, 3)]
+    (tmp_path / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = check_answers(tmp_path, {})
+    assert result["passed"] and result["answers"] == {} and result["errors"] == {}
+    assert result["reconnects"] == {
+        "sockets": 4,
+        "refused_total": 5,
+        "refused_most": 3,
+        "sockets_by_refusals": {"0": 1, "1": 2, "3": 1},
+    }
