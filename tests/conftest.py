@@ -1,26 +1,18 @@
 """Session-wide real services: the vLLM engine, Redis, and daphne serving the product.
 
 The engine starts once per test session (about 40 s on CPU). Tests that need it
-ask for the `engine_url` or `product_server` fixture.
-
-Why one module of over 300 lines: pytest shares fixtures through conftest.py; the session's
-services (engine, Redis, daphne, Celery, the browser) and their isolation checks belong together.
+ask for the `engine_url` or `product_server` fixture. The helpers these fixtures build on,
+and that tests import, are in tests/support/.
 """
 
 import functools
 import gc
 import inspect
-import os
-import subprocess
-import sys
 import time
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 import redis
 from asgiref.sync import SyncToAsync
@@ -30,14 +22,11 @@ from limits.storage import RedisStorage
 
 import redisconn
 from enginehost.launcher import EngineConfig, EngineProcess
-from harness.processes import ROOT, daphne_running, free_port, redis_serving
-from harness.waiting import wait_for
+from harness.processes import free_port, redis_serving
 from inference.engine import engine_client
-from inference.topology import metric_sums
-
-LOGS = Path(settings.DATA_DIR) / "test-logs"
-LOGS.mkdir(parents=True, exist_ok=True)
-
+from tests.support.browser import BROWSER_ARGS
+from tests.support.celery_worker import CeleryWorker, purge_broker
+from tests.support.product import ASYNC_UNSAFE, LOGS, DaphneServer, running_daphne
 
 # The slow kinds, marked by what a test uses: `pytest -m "not engine and not browser"` (make test-fast)
 # is the quick loop; the full suite is what CI runs.
@@ -79,13 +68,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     database from being dropped at the end of the session."""
     if inspect.iscoroutinefunction(getattr(item, "function", None)):
         SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=60)
-
-
-def engine_gauge(engine_url: str, name: str) -> float:
-    """The current value of one of the engine's Prometheus gauges, summed over labels."""
-    # Generous: a busy machine slows the engine's HTTP server, not what it reports.
-    text = httpx.get(engine_url + "/metrics", timeout=30).text
-    return metric_sums(text, [name])[name]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -191,54 +173,6 @@ def engine_url():
         log.close()
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    credentials = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
-
-
-def product_env(engine_url: str, **overrides: str) -> dict[str, str]:
-    """The environment of a product process the suite starts: the test database, Redis and
-    engine. Never the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE: a product process must fail
-    on a synchronous ORM call from async code, as it does in production."""
-    env = {name: value for name, value in os.environ.items() if name != ASYNC_UNSAFE}
-    return {
-        **env,
-        "DATABASE_URL": _database_url(),
-        "INFERENCE_URL": engine_url,
-        "REDIS_URL": settings.REDIS_URL,
-        "DATA_DIR": str(settings.DATA_DIR),
-        # The suite runs beside another suite on 2 cores, whose engine may be loading a model:
-        # this suite's engine was seen sending nothing for 15 s (the product's default), and an
-        # answer the test needed complete ended `timeout`. Tests of the timeouts set their own.
-        "CHAT_TOKEN_TIMEOUT": "60",
-        "CHAT_FIRST_TOKEN_TIMEOUT": "120",
-        **overrides,
-    }
-
-
-@dataclass(frozen=True)
-class DaphneServer:
-    url: str
-    process: subprocess.Popen
-    log: Path
-
-
-@contextmanager
-def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
-    """daphne serving the product, as `make run` starts it, on the test database."""
-    port = free_port()
-    env = product_env(engine_url, **env_overrides)
-    log = LOGS / f"test-daphne-{port}.log"
-    with daphne_running(env, log, *daphne_args, port=port) as (base, process):
-        yield DaphneServer(base, process, log)
-
-
 @pytest.fixture(scope="session")
 def product_daphne(django_db_setup, django_db_blocker, engine_url) -> DaphneServer:
     with running_daphne(engine_url) as server:
@@ -259,17 +193,6 @@ def ws_url(product_server) -> str:
 def origin(product_server) -> str:
     address = urlsplit(product_server)
     return f"http://{address.hostname}:{address.port}"
-
-
-BROWSER_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="module")
@@ -299,25 +222,6 @@ def browser():
         browser.close()
 
 
-# Resolves once an image requested now has failed to load, a task later: a payload's own
-# image load or handler, started while the payloads were rendered, has had its turn by then.
-LOADS_SETTLED = """() => new Promise((resolve) => {
-    const probe = new Image();
-    probe.onerror = probe.onload = () => setTimeout(resolve);
-    probe.src = '/static/no-such-image-' + Math.random() + '.png';
-})"""
-
-
-def log_in(page, base: str, username: str, password: str, path: str = "/accounts/login/") -> None:
-    """Log in through the form; returns once the page it leads to has loaded, its scripts run,
-    so what the test types next has handlers to go to."""
-    page.goto(base + path)
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", password)
-    with page.expect_navigation():
-        page.click("[type=submit]")
-
-
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1200, "height": 800})
@@ -329,81 +233,17 @@ def page(browser):
 # Bulk summarization jobs (jobs/): a real Celery worker.
 
 
-def _purge_broker() -> None:
-    """Drop queued and unacknowledged task messages left in this test Redis database."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete("celery", "bulk", "unacked", "unacked_index", "unacked_mutex")
-    for key in client.scan_iter(match="jobs:bulk:inflight:*"):
-        client.delete(key)
-
-
-CELERY_WORKER_ARGS = (
-    "--app chatsite worker --queues bulk --hostname jobs-test@%h --concurrency 2 --loglevel INFO "
-    "--without-gossip --without-mingle --without-heartbeat"
-).split()
-
-
-class CeleryWorker:
-    """`celery -A chatsite worker` on the test database, as `make run` starts it, in its own
-    process group so a test can SIGKILL all of it at once, the way a lost machine ends it."""
-
-    def __init__(self, engine_url: str, **env: str) -> None:
-        self.env = product_env(engine_url, **env)
-        self.log_path = LOGS / "test-celery.log"
-        self.log_path.write_text("")
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        offset = self.log_path.stat().st_size
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "celery", *CELERY_WORKER_ARGS],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Celery worker exited; see {self.log_path}")
-            with open(self.log_path) as log:
-                log.seek(offset)
-                return " ready." in log.read()
-
-        wait_for(ready, 90, "Celery worker")
-
-    def kill(self) -> None:
-        """SIGKILL the worker and its pool processes together: nothing gets to clean up."""
-        import signal
-
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        import signal
-
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-
 @pytest.fixture
 def celery_worker(django_db_setup, engine_url):
     """A real Celery worker on the test database and the session's engine."""
-    _purge_broker()
+    purge_broker()
     worker = CeleryWorker(engine_url, BULK_RETRY_DELAY="1")
     worker.start()
     try:
         yield worker
     finally:
         worker.stop()
-        _purge_broker()
+        purge_broker()
 
 
 # END jobs/

@@ -15,7 +15,7 @@ from apitokens.services import token_issue, token_revoke
 from conversations.models import Conversation, Message
 from inference.client import EngineError
 from openai_api import views
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MODEL = "SmolLM2-135M-Instruct"

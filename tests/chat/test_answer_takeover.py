@@ -25,7 +25,7 @@ from harness.waiting import until
 from inference.client import EngineError
 from redisconn import client as redis_client
 from redisconn import keys
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -30,8 +30,8 @@ from conversations.models import Conversation, Message
 from harness.waiting import until
 from redisconn import client as redis_client
 from redisconn import keys, subscription
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,7 +22,7 @@ from conversations.models import Conversation, Message
 from httpkit.sse import EventStreamResponse
 from inference.client import EngineError
 from redisconn import client as redis_client
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,9 +13,9 @@ from chat import consumers, views
 from conversations import services
 from conversations.models import ConversationDocument
 from harness.waiting import wait_for
-from tests.chat_client import browser, collect_answer, open_chat, send
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.chat_client import browser, collect_answer, open_chat, send
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -166,7 +166,7 @@ def test_a_hostile_html_attachment_is_refused_clearly_and_other_chats_wait_for_n
 
     import httpx
 
-    from tests.chat_client import session_cookie
+    from tests.support.chat_client import session_cookie
 
     user = get_user_model().objects.create_user("hal", password="pw-hal-123456")
     conversation = services.conversation_create(user=user)
@@ -221,7 +221,7 @@ def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, engine
     all parsed. The child here spins until its wall-clock limit, so the first holds its slot."""
     from documents import reader
 
-    monkeypatch.setattr(reader, "CHILD", "tests.document_probe")
+    monkeypatch.setattr(reader, "CHILD", "tests.support.document_probe")
     settings.BULK_PDF_TIMEOUT = 3
     settings.CHAT_DOCUMENT_READS_PER_PROCESS = 2
     bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")

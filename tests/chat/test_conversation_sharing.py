@@ -8,7 +8,7 @@ from django.test import Client
 
 from conversations import services, turns
 from conversations.models import Conversation, SharedLink
-from tests.chat_client import browser
+from tests.support.chat_client import browser
 
 pytestmark = pytest.mark.django_db
 

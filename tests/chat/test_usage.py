@@ -18,8 +18,8 @@ from jobs import claims
 from jobs.models import Document, Job
 from jobs.summarize import Summary
 from openai_api import views as openai_views
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 from usage import selectors
 from usage.models import DailyQuota, UsageDay
 from usage.services import usage_record
@@ -36,7 +36,7 @@ def alice():
 @pytest.fixture
 def engine(monkeypatch, settings):
     settings.INFERENCE_MODEL_NAME = MODEL
-    # Each answer: 10 prompt tokens and 2 completion tokens (tests/fake_engine.py).
+    # Each answer: 10 prompt tokens and 2 completion tokens (tests/support/fake_engine.py).
     fake = FakeEngine(["Hel", "lo"])
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     monkeypatch.setattr(openai_views, "engine_client", lambda: fake)

@@ -12,7 +12,7 @@ from apitokens.services import token_issue, token_revoke
 from jobs import claims, services
 from jobs.models import Document, Job
 from jobs.summarize import Summary
-from tests.jobs_helpers import staff_user
+from tests.support.jobs_helpers import staff_user
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,10 @@ from jobs import selectors, services
 from jobs.ingest import documents_from_files
 from jobs.models import Document, Job, Result
 from redisconn.keys import CHAT_ACTIVE
-from tests.conftest import engine_gauge
-from tests.jobs_corpus import long_report, report
-from tests.jobs_helpers import staff_user
-from tests.jobs_pdf import pdf_with_text
+from tests.support.jobs_corpus import long_report, report
+from tests.support.jobs_helpers import staff_user
+from tests.support.jobs_pdf import pdf_with_text
+from tests.support.product import engine_gauge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

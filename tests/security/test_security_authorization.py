@@ -24,7 +24,7 @@ from conversations.models import Conversation, Message
 from jobs import services as job_services
 from jobs.ingest import DocumentInput
 from jobs.models import Job
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

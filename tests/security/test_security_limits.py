@@ -10,7 +10,7 @@ from django.test import Client
 
 from chat.consumers import ChatConsumer
 from conversations.models import Conversation
-from tests.consumer_client import connected
+from tests.support.consumer_client import connected
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
