@@ -22,16 +22,16 @@ from limits.storage import RedisStorage
 
 import redisconn
 from enginehost.launcher import EngineConfig, EngineProcess
-from harness.processes import free_port, redis_serving
+from harness.processes import ROOT, free_port, redis_serving
 from inference.engine import engine_client
-from tests.support.browser import BROWSER_ARGS
-from tests.support.celery_worker import CeleryWorker, purge_broker
+from tests.support.celery_worker import CeleryWorker, purge_broker, purge_in_flight_counts
+from tests.support.chromium import SharedChromium
 from tests.support.product import ASYNC_UNSAFE, LOGS, DaphneServer, running_daphne
 
 # The slow kinds, marked by what a test uses: `pytest -m "not engine and not browser"` (make test-fast)
 # is the quick loop; the full suite is what CI runs.
 ENGINE_FIXTURES = {"engine_url"}
-BROWSER_FIXTURES = {"browser", "page"}
+BROWSER_FIXTURES = {"chromium"}  # under `browser` and `page`
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -195,29 +195,40 @@ def origin(product_server) -> str:
     return f"http://{address.hostname}:{address.port}"
 
 
+@pytest.fixture(scope="session")
+def chromium() -> SharedChromium:
+    """Debian's Chromium, launched once for the session (tests/support/chromium.py); a missing
+    Chromium fails the test, with the command."""
+    import shutil
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        # Never skipped: `make test` installs it where it may (as root).
+        pytest.fail("chromium is not installed: apt-get install chromium (make test does, as root)")
+    shared = SharedChromium(executable, free_port(), ROOT, LOGS / "test-chromium.log")
+    shared.start()
+    yield shared
+    shared.stop()
+
+
 @pytest.fixture(scope="module")
-def browser():
-    """Debian's Chromium driven by Playwright; a missing Chromium fails the test, with the command.
+def browser(chromium):
+    """The session's Chromium, driven by Playwright.
 
     Module-scoped: Playwright's sync API runs an event loop in this thread for as
     long as it is open, which would break every asyncio test that runs after it.
+    Closing it closes the contexts it made and leaves the browser to the next module.
 
     For as long as it is open, DJANGO_ALLOW_ASYNC_UNSAFE is set: that loop is marked
     running in the test's thread, so Django takes the tests' plain synchronous ORM calls
     (and the test database's own flushes) for calls from async code and refuses them. No
     product code runs in the test process, and the product processes never inherit the
     flag (product_env)."""
-    import shutil
-
     from playwright.sync_api import sync_playwright
 
-    executable = shutil.which("chromium")
-    if executable is None:
-        # Never skipped: `make test` installs it where it may (as root).
-        pytest.fail("chromium is not installed: apt-get install chromium (make test does, as root)")
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv(ASYNC_UNSAFE, "true")
-        browser = playwright.chromium.launch(executable_path=executable, args=BROWSER_ARGS)
+        browser = playwright.chromium.connect_over_cdp(chromium.endpoint)
         yield browser
         browser.close()
 
@@ -233,9 +244,13 @@ def page(browser):
 # Bulk summarization jobs (jobs/): a real Celery worker.
 
 
-@pytest.fixture
-def celery_worker(django_db_setup, engine_url):
-    """A real Celery worker on the test database and the session's engine."""
+@pytest.fixture(scope="module")
+def module_celery_worker(django_db_setup, engine_url):
+    """A real Celery worker on the test database and the session's engine, for one test module.
+
+    Not for the session: a worker left running between the modules that ask for it would take
+    the jobs other tests queue on the suite's Redis and expect to stay queued (tests/jobs'
+    API and admin tests)."""
     purge_broker()
     worker = CeleryWorker(engine_url, BULK_RETRY_DELAY="1")
     worker.start()
@@ -246,4 +261,17 @@ def celery_worker(django_db_setup, engine_url):
         purge_broker()
 
 
-# END jobs/
+@pytest.fixture
+def celery_worker(module_celery_worker):
+    """The module's Celery worker, as each test leaves it to the next.
+
+    Sharing it is safe because a worker keeps nothing of a test between tasks: its tasks take a
+    job's id and read the job from the database, every test's jobs are its own, and every setting
+    the worker reads (its environment) is the same for the whole module. What a test could leave
+    behind is a task still queued or running, or its runner's in-flight count: after each test,
+    the worker must have no message left in the broker, or it is stopped, the broker purged and
+    the worker started again, so a test that failed mid-job never hands its tasks to the next."""
+    yield module_celery_worker
+    if not module_celery_worker.settles():
+        module_celery_worker.restart()
+    purge_in_flight_counts()

@@ -10,6 +10,7 @@ from django.conf import settings
 
 from harness.processes import ROOT
 from harness.waiting import wait_for
+from redisconn.keys import BULK_INFLIGHT_PREFIX
 from tests.support.product import LOGS, product_env
 
 CELERY_WORKER_ARGS = (
@@ -18,11 +19,19 @@ CELERY_WORKER_ARGS = (
 ).split()
 
 
+BROKER_KEYS = ("celery", "bulk", "unacked", "unacked_index", "unacked_mutex")
+
+
 def purge_broker() -> None:
     """Drop queued and unacknowledged task messages left in this test Redis database."""
+    redis.Redis.from_url(settings.REDIS_URL).delete(*BROKER_KEYS)
+    purge_in_flight_counts()
+
+
+def purge_in_flight_counts() -> None:
+    """Drop the in-flight counts bulk runners publish (they expire a few seconds after the last)."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete("celery", "bulk", "unacked", "unacked_index", "unacked_mutex")
-    for key in client.scan_iter(match="jobs:bulk:inflight:*"):
+    for key in client.scan_iter(match=BULK_INFLIGHT_PREFIX + "*"):
         client.delete(key)
 
 
@@ -35,6 +44,7 @@ class CeleryWorker:
         self.log_path = LOGS / "test-celery.log"
         self.log_path.write_text("")
         self.process: subprocess.Popen | None = None
+        self.orphans: set[bytes] = set()  # unacknowledged messages of a killed worker (settles)
 
     def start(self) -> None:
         offset = self.log_path.stat().st_size
@@ -57,10 +67,35 @@ class CeleryWorker:
 
         wait_for(ready, 90, "Celery worker")
 
+    def settles(self, timeout: float = 10) -> bool:
+        """Whether the worker is alive with no task queued, reserved or running within `timeout`.
+
+        Its tasks are acknowledged late, so a running task's message is still unacknowledged;
+        those a killed worker held stay so until the visibility timeout (an hour) puts them
+        back, and are not this worker's."""
+        client = redis.Redis.from_url(settings.REDIS_URL)
+
+        def idle() -> bool:
+            return not client.llen("bulk") and set(client.hkeys("unacked")) <= self.orphans
+
+        try:
+            wait_for(idle, timeout, "Celery worker idle")
+        except TimeoutError:
+            return False
+        return self.process is not None and self.process.poll() is None
+
     def kill(self) -> None:
         """SIGKILL the worker and its pool processes together: nothing gets to clean up."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
+        self.orphans |= set(redis.Redis.from_url(settings.REDIS_URL).hkeys("unacked"))
+
+    def restart(self) -> None:
+        """Stop, drop every task message in the broker, and start again."""
+        self.stop()
+        purge_broker()
+        self.orphans.clear()
+        self.start()
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
