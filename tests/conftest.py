@@ -1,4 +1,6 @@
-"""Session-wide real services: the vLLM engine, Redis, and daphne serving the product.
+"""The suite's fixtures and hooks: the real services (the vLLM engine, Redis, daphne serving the
+product and Chromium, once per session; a Celery worker per module), the users alice and bob, and
+the marks of the slow kinds.
 
 The engine starts once per test session (about 40 s on CPU). Tests that need it
 ask for the `engine_url` or `product_server` fixture. The helpers these fixtures build on,
@@ -17,6 +19,7 @@ import pytest
 import redis
 from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, connections
 from limits.storage import RedisStorage
 
@@ -68,6 +71,19 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     database from being dropped at the end of the session."""
     if inspect.iscoroutinefunction(getattr(item, "function", None)):
         SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=60)
+
+
+# The users most tests need: alice, who asks, and bob, whom her data must never reach.
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def bob():
+    return get_user_model().objects.create_user("bob", password="pw-bob-12345")
 
 
 @pytest.fixture(scope="session", autouse=True)

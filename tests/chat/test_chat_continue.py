@@ -23,11 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="x" * 12)
-
-
-@pytest.fixture
 def engine(monkeypatch):
     engines = {"now": FakeEngine(["Once ", "upon "], finish_reason="length")}
     monkeypatch.setattr(consumers, "engine_client", lambda: engines["now"])

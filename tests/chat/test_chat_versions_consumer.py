@@ -18,11 +18,6 @@ def engine(monkeypatch):
     return fake
 
 
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="x" * 12)
-
-
 async def answer(communicator, frame: dict) -> list[dict]:
     await communicator.send_json_to(frame)
     frames = [await communicator.receive_json_from(timeout=5)]

@@ -21,11 +21,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
-
-
-@pytest.fixture
 def engine(monkeypatch):
     # The fake engine counts a word as a token, plus 10 for the template.
     fake = FakeEngine(["ok"])
@@ -109,12 +104,11 @@ def test_it_refuses_a_document_that_does_not_fit_with_the_numbers_and_keeps_noth
     assert attach(client, conversation.pk, "short.txt", b"A few words.").status_code == 201
 
 
-def test_it_refuses_other_files_other_users_and_strangers(alice, engine):
+def test_it_refuses_other_files_other_users_and_strangers(alice, bob, engine):
     conversation = services.conversation_create(user=alice)
     client = browser(alice)
     refused = attach(client, conversation.pk, "tool.exe", b"MZ")
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_field")
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     assert attach(browser(bob), conversation.pk, "a.txt", b"hi").status_code == 404
     assert (
         Client()
@@ -216,7 +210,7 @@ def test_a_long_text_is_refused_by_its_length_before_the_engine_counts_it(
     assert not ConversationDocument.objects.exists()
 
 
-def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, engine, settings, monkeypatch):
+def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, bob, engine, settings, monkeypatch):
     """Each attachment is read by a child process of the web process: three at once from one user were
     all parsed. The child here spins until its wall-clock limit, so the first holds its slot."""
     from documents import reader
@@ -224,7 +218,6 @@ def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, engine
     monkeypatch.setattr(reader, "CHILD", "tests.support.document_probe")
     settings.BULK_PDF_TIMEOUT = 3
     settings.CHAT_DOCUMENT_READS_PER_PROCESS = 2
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     carol = get_user_model().objects.create_user("carol", password="pw-carol-12345")
     chats = {user: services.conversation_create(user=user) for user in (alice, bob, carol)}
 

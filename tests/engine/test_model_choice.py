@@ -34,11 +34,6 @@ def two_models(settings):
     settings.INFERENCE_MODELS = "model-a=http://127.0.0.1:9/a,model-b=http://127.0.0.1:9/b"
 
 
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
-
-
 def restrict(model: str, group: str) -> Group:
     beta = Group.objects.create(name=group)
     ModelAccess.objects.create(model_name=model).groups.add(beta)
