@@ -222,7 +222,6 @@ def chromium() -> SharedChromium:
         # Never skipped: `make test` installs it where it may (as root).
         pytest.fail("chromium is not installed: apt-get install chromium (make test does, as root)")
     shared = SharedChromium(executable, free_port(), ROOT, LOGS / "test-chromium.log")
-    shared.start()
     yield shared
     shared.stop()
 
@@ -244,7 +243,7 @@ def browser(chromium):
 
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv(ASYNC_UNSAFE, "true")
-        browser = playwright.chromium.connect_over_cdp(chromium.endpoint)
+        browser = playwright.chromium.connect_over_cdp(chromium.running())
         yield browser
         browser.close()
 

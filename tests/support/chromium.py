@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from tests.support.browser import BROWSER_ARGS
 
 READY = "ready"
@@ -31,7 +33,7 @@ class SharedChromium:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        with open(self.log, "w") as log:
+        with open(self.log, "a") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.chromium", self.executable, str(self.port)],
                 cwd=self.root,
@@ -45,10 +47,27 @@ class SharedChromium:
             self.stop()
             raise RuntimeError(f"Chromium did not start: {line!r}; see {self.log}")
 
+    def running(self) -> str:
+        """The endpoint, once the browser answers there: started (again, if it has ended: a
+        crash one module saw is not every later module's)."""
+        if not self._answers():
+            self.stop()
+            self.start()
+        return self.endpoint
+
+    def _answers(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            return httpx.get(self.endpoint + "/json/version", timeout=10).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def stop(self) -> None:
         if self.process is None:
             return
-        self.process.stdin.close()
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
         try:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
