@@ -14,7 +14,7 @@ between deltas), ended with a finish reason and the usage. `fault` makes every c
 - an `ErrorEvent`: the text, then that error event in the stream, as vLLM reports a failure mid-answer.
 
 Two kinds of users. Tests that must see what the engine client puts on the wire, or make the engine
-fail in one given way (the fake in tests/fake_engine.py replaces the client instead, for the faults
+fail in one given way (the fake in tests/support/fake_engine.py replaces the client instead, for the faults
 above it); and the benchmarks of the web tier, which need an engine far faster than this host's
 (bench.fast_engine serves it as a process of its own). Plain asyncio streams rather than a web
 framework: the less CPU this process spends per token, the less it takes from the web process it feeds.

@@ -1,30 +1,26 @@
-"""Session-wide real services: the vLLM engine, Redis, and daphne serving the product.
+"""The suite's fixtures and hooks: the real services (the vLLM engine, Redis, daphne serving the
+product and Chromium, once per session; a Celery worker per module), the users alice and bob, and
+the marks of the slow kinds.
 
 The engine starts once per test session (about 40 s on CPU). Tests that need it
-ask for the `engine_url` or `product_server` fixture.
-
-Why one module of over 300 lines: pytest shares fixtures through conftest.py; the session's
-services (engine, Redis, daphne, Celery, the browser) and their isolation checks belong together.
+ask for the `engine_url` or `product_server` fixture. The helpers these fixtures build on,
+and that tests import, are in tests/support/.
 """
 
 import functools
 import gc
 import inspect
-import os
-import subprocess
-import sys
 import time
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 import redis
 from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, connections
 from limits.storage import RedisStorage
 
@@ -32,19 +28,16 @@ import redisconn
 from enginehost.embedlaunch import EmbeddingConfig
 from enginehost.embedmodel import prepare_embedding_model
 from enginehost.launcher import EngineConfig, EngineProcess
-from harness.processes import ROOT, daphne_running, free_port, redis_serving
-from harness.waiting import wait_for
+from harness.processes import ROOT, free_port, redis_serving
 from inference.engine import embedding_client, engine_client
-from inference.topology import metric_sums
-
-LOGS = Path(settings.DATA_DIR) / "test-logs"
-LOGS.mkdir(parents=True, exist_ok=True)
-
+from tests.support.celery_worker import CeleryWorker, purge_broker, purge_in_flight_counts
+from tests.support.chromium import SharedChromium
+from tests.support.product import ASYNC_UNSAFE, LOGS, DaphneServer, running_daphne
 
 # The slow kinds, marked by what a test uses: `pytest -m "not engine and not browser"` (make test-fast)
 # is the quick loop; the full suite is what CI runs.
 ENGINE_FIXTURES = {"engine_url"}
-BROWSER_FIXTURES = {"browser", "page"}
+BROWSER_FIXTURES = {"chromium"}  # under `browser` and `page`
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -83,11 +76,17 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=60)
 
 
-def engine_gauge(engine_url: str, name: str) -> float:
-    """The current value of one of the engine's Prometheus gauges, summed over labels."""
-    # Generous: a busy machine slows the engine's HTTP server, not what it reports.
-    text = httpx.get(engine_url + "/metrics", timeout=30).text
-    return metric_sums(text, [name])[name]
+# The users most tests need: alice, who asks, and bob, whom her data must never reach.
+
+
+@pytest.fixture
+def alice():
+    return get_user_model().objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def bob():
+    return get_user_model().objects.create_user("bob", password="pw-bob-12345")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -210,54 +209,6 @@ def embedding_engine():
             embedding_client.cache_clear()
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    credentials = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{credentials}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
-
-
-def product_env(engine_url: str, **overrides: str) -> dict[str, str]:
-    """The environment of a product process the suite starts: the test database, Redis and
-    engine. Never the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE: a product process must fail
-    on a synchronous ORM call from async code, as it does in production."""
-    env = {name: value for name, value in os.environ.items() if name != ASYNC_UNSAFE}
-    return {
-        **env,
-        "DATABASE_URL": _database_url(),
-        "INFERENCE_URL": engine_url,
-        "REDIS_URL": settings.REDIS_URL,
-        "DATA_DIR": str(settings.DATA_DIR),
-        # The suite runs beside another suite on 2 cores, whose engine may be loading a model:
-        # this suite's engine was seen sending nothing for 15 s (the product's default), and an
-        # answer the test needed complete ended `timeout`. Tests of the timeouts set their own.
-        "CHAT_TOKEN_TIMEOUT": "60",
-        "CHAT_FIRST_TOKEN_TIMEOUT": "120",
-        **overrides,
-    }
-
-
-@dataclass(frozen=True)
-class DaphneServer:
-    url: str
-    process: subprocess.Popen
-    log: Path
-
-
-@contextmanager
-def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
-    """daphne serving the product, as `make run` starts it, on the test database."""
-    port = free_port()
-    env = product_env(engine_url, **env_overrides)
-    log = LOGS / f"test-daphne-{port}.log"
-    with daphne_running(env, log, *daphne_args, port=port) as (base, process):
-        yield DaphneServer(base, process, log)
-
-
 @pytest.fixture(scope="session")
 def product_daphne(django_db_setup, django_db_blocker, engine_url) -> DaphneServer:
     with running_daphne(engine_url) as server:
@@ -280,61 +231,41 @@ def origin(product_server) -> str:
     return f"http://{address.hostname}:{address.port}"
 
 
-BROWSER_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+@pytest.fixture(scope="session")
+def chromium() -> SharedChromium:
+    """Debian's Chromium, launched once for the session (tests/support/chromium.py); a missing
+    Chromium fails the test, with the command."""
+    import shutil
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        # Never skipped: `make test` installs it where it may (as root).
+        pytest.fail("chromium is not installed: apt-get install chromium (make test does, as root)")
+    shared = SharedChromium(executable, free_port(), ROOT, LOGS / "test-chromium.log")
+    yield shared
+    shared.stop()
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """Debian's Chromium driven by Playwright; a missing Chromium fails the test, with the command.
+def browser(chromium):
+    """The session's Chromium, driven by Playwright.
 
     Module-scoped: Playwright's sync API runs an event loop in this thread for as
     long as it is open, which would break every asyncio test that runs after it.
+    Closing it closes the contexts it made and leaves the browser to the next module.
 
     For as long as it is open, DJANGO_ALLOW_ASYNC_UNSAFE is set: that loop is marked
     running in the test's thread, so Django takes the tests' plain synchronous ORM calls
     (and the test database's own flushes) for calls from async code and refuses them. No
     product code runs in the test process, and the product processes never inherit the
     flag (product_env)."""
-    import shutil
-
     from playwright.sync_api import sync_playwright
 
-    executable = shutil.which("chromium")
-    if executable is None:
-        # Never skipped: `make test` installs it where it may (as root).
-        pytest.fail("chromium is not installed: apt-get install chromium (make test does, as root)")
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv(ASYNC_UNSAFE, "true")
-        browser = playwright.chromium.launch(executable_path=executable, args=BROWSER_ARGS)
+        browser = playwright.chromium.connect_over_cdp(chromium.running())
         yield browser
         browser.close()
-
-
-# Resolves once an image requested now has failed to load, a task later: a payload's own
-# image load or handler, started while the payloads were rendered, has had its turn by then.
-LOADS_SETTLED = """() => new Promise((resolve) => {
-    const probe = new Image();
-    probe.onerror = probe.onload = () => setTimeout(resolve);
-    probe.src = '/static/no-such-image-' + Math.random() + '.png';
-})"""
-
-
-def log_in(page, base: str, username: str, password: str, path: str = "/accounts/login/") -> None:
-    """Log in through the form; returns once the page it leads to has loaded, its scripts run,
-    so what the test types next has handlers to go to."""
-    page.goto(base + path)
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", password)
-    with page.expect_navigation():
-        page.click("[type=submit]")
 
 
 @pytest.fixture
@@ -348,81 +279,34 @@ def page(browser):
 # Bulk summarization jobs (jobs/): a real Celery worker.
 
 
-def _purge_broker() -> None:
-    """Drop queued and unacknowledged task messages left in this test Redis database."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete("celery", "bulk", "unacked", "unacked_index", "unacked_mutex")
-    for key in client.scan_iter(match="jobs:bulk:inflight:*"):
-        client.delete(key)
+@pytest.fixture(scope="module")
+def module_celery_worker(django_db_setup, engine_url):
+    """A real Celery worker on the test database and the session's engine, for one test module.
 
-
-CELERY_WORKER_ARGS = (
-    "--app chatsite worker --queues bulk --hostname jobs-test@%h --concurrency 2 --loglevel INFO "
-    "--without-gossip --without-mingle --without-heartbeat"
-).split()
-
-
-class CeleryWorker:
-    """`celery -A chatsite worker` on the test database, as `make run` starts it, in its own
-    process group so a test can SIGKILL all of it at once, the way a lost machine ends it."""
-
-    def __init__(self, engine_url: str, **env: str) -> None:
-        self.env = product_env(engine_url, **env)
-        self.log_path = LOGS / "test-celery.log"
-        self.log_path.write_text("")
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        offset = self.log_path.stat().st_size
-        with open(self.log_path, "a") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "celery", *CELERY_WORKER_ARGS],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Celery worker exited; see {self.log_path}")
-            with open(self.log_path) as log:
-                log.seek(offset)
-                return " ready." in log.read()
-
-        wait_for(ready, 90, "Celery worker")
-
-    def kill(self) -> None:
-        """SIGKILL the worker and its pool processes together: nothing gets to clean up."""
-        import signal
-
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        import signal
-
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-
-@pytest.fixture
-def celery_worker(django_db_setup, engine_url):
-    """A real Celery worker on the test database and the session's engine."""
-    _purge_broker()
+    Not for the session: a worker left running between the modules that ask for it would take
+    the jobs other tests queue on the suite's Redis and expect to stay queued (tests/jobs'
+    API and admin tests)."""
+    purge_broker()
     worker = CeleryWorker(engine_url, BULK_RETRY_DELAY="1")
     worker.start()
     try:
         yield worker
     finally:
         worker.stop()
-        _purge_broker()
+        purge_broker()
 
 
-# END jobs/
+@pytest.fixture
+def celery_worker(module_celery_worker):
+    """The module's Celery worker, as each test leaves it to the next.
+
+    Sharing it is safe because a worker keeps nothing of a test between tasks: its tasks take a
+    job's id and read the job from the database, every test's jobs are its own, and every setting
+    the worker reads (its environment) is the same for the whole module. What a test could leave
+    behind is a task still queued or running, or its runner's in-flight count: after each test,
+    the worker must have no message left in the broker, or it is stopped, the broker purged and
+    the worker started again, so a test that failed mid-job never hands its tasks to the next."""
+    yield module_celery_worker
+    if not module_celery_worker.settles():
+        module_celery_worker.restart()
+    purge_in_flight_counts()

@@ -3,17 +3,11 @@
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from apitokens.models import ApiToken
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def logged_in(user) -> Client:
@@ -60,8 +54,7 @@ def test_it_lets_staff_hold_the_jobs_scope(alice):
     assert ApiToken.objects.get().scopes == ["jobs.submit"]
 
 
-def test_it_revokes_the_users_own_keys_only(alice):
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
+def test_it_revokes_the_users_own_keys_only(alice, bob):
     logged_in(alice).post("/keys/", {"scope": ["chat"]})
     logged_in(bob).post("/keys/", {"scope": ["chat"]})
     mine, theirs = ApiToken.objects.get(user=alice), ApiToken.objects.get(user=bob)

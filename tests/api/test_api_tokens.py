@@ -3,7 +3,6 @@
 from io import StringIO
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
@@ -12,11 +11,6 @@ from apitokens.models import ApiToken
 from apitokens.services import KeyRefused, token_issue
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def bearer(token: str):
@@ -64,10 +58,9 @@ def test_it_gives_the_jobs_scope_to_staff_only(alice):
 
 
 @pytest.mark.parametrize("change", ["new_password", "deactivate"])
-def test_a_users_keys_die_when_the_password_changes_or_the_account_is_deactivated(alice, change):
+def test_a_users_keys_die_when_the_password_changes_or_the_account_is_deactivated(alice, bob, change):
     _, first = token_issue(user=alice, scopes=["openai"])
     _, second = token_issue(user=alice, scopes=["store.read"])
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     _, bobs = token_issue(user=bob, scopes=["openai"])
     alice.last_name = "Liddell"
     alice.save()  # a change that is not the login's keeps the keys

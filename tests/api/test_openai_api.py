@@ -8,14 +8,14 @@ from contextlib import aclosing
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.contrib.auth import get_user_model
 from django.test import AsyncClient, AsyncRequestFactory
 
 from apitokens.services import token_issue, token_revoke
 from conversations.models import Conversation, Message
 from inference.client import EngineError
 from openai_api import views
-from tests.fake_engine import FakeEngine
+from tests.support.api_keys import bearer
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MODEL = "SmolLM2-135M-Instruct"
@@ -24,16 +24,6 @@ MODEL = "SmolLM2-135M-Instruct"
 @pytest.fixture(autouse=True)
 def served_model(settings):
     settings.INFERENCE_MODEL_NAME = MODEL
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
-
-
-def key(user, scopes=("openai",)) -> dict:
-    _, plain = token_issue(user=user, scopes=scopes)
-    return {"Authorization": f"Bearer {plain}"}
 
 
 def use_engine(monkeypatch, engine: FakeEngine) -> FakeEngine:
@@ -60,7 +50,7 @@ async def sse(response) -> list:
 
 async def test_it_answers_a_completion_in_openais_shape(alice, monkeypatch):
     engine = use_engine(monkeypatch, FakeEngine(["Hel", "lo"]))
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     body = ask(
         messages=[
             {"role": "developer", "content": "Be brief."},
@@ -105,7 +95,7 @@ async def test_it_answers_a_completion_in_openais_shape(alice, monkeypatch):
 
 async def test_it_streams_chunks_then_usage_then_done(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine(["Hel", "lo"]))
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     response = await post(ask(stream=True, stream_options={"include_usage": True}), headers)
     assert response.status_code == 200
     assert response["Content-Type"] == "text/event-stream"
@@ -129,7 +119,7 @@ async def test_it_streams_chunks_then_usage_then_done(alice, monkeypatch):
 
 async def test_it_stores_the_exchange_when_asked(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine(["Fine", "."]))
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     messages = [
         {"role": "system", "content": "Be kind."},
         {"role": "user", "content": "How are you?"},
@@ -183,7 +173,7 @@ async def test_it_stores_the_exchange_when_asked(alice, monkeypatch):
 )
 async def test_it_refuses_bad_requests_in_openais_error_shape(alice, monkeypatch, body, status, param):
     engine = use_engine(monkeypatch, FakeEngine(["no"]))
-    response = await post(body, await sync_to_async(key)(alice))
+    response = await post(body, await sync_to_async(bearer)(alice, "openai"))
     assert response.status_code == status
     error = json.loads(response.content)["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -195,7 +185,7 @@ async def test_it_refuses_bad_requests_in_openais_error_shape(alice, monkeypatch
 async def test_it_accepts_the_off_values_of_what_it_does_not_support(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine(["ok"]))
     body = ask(tools=[], tool_choice="auto", logprobs=False, response_format={"type": "text"}, n=1, user="u1")
-    assert (await post(body, await sync_to_async(key)(alice))).status_code == 200
+    assert (await post(body, await sync_to_async(bearer)(alice, "openai"))).status_code == 200
 
 
 async def test_it_needs_a_live_key_with_the_openai_scope(alice, monkeypatch):
@@ -207,7 +197,7 @@ async def test_it_needs_a_live_key_with_the_openai_scope(alice, monkeypatch):
     assert json.loads(response.content)["error"]["type"] == "authentication_error"
     response = await post(ask(), {"Authorization": "Bearer chat_nope_nope"})
     assert (response.status_code, json.loads(response.content)["error"]["code"]) == (401, "invalid_api_key")
-    response = await post(ask(), await sync_to_async(key)(alice, ("chat",)))
+    response = await post(ask(), await sync_to_async(bearer)(alice, "chat"))
     assert (response.status_code, json.loads(response.content)["error"]["type"]) == (403, "permission_error")
     token, plain = await sync_to_async(token_issue)(user=alice, scopes=["openai"])
     await sync_to_async(token_revoke)(prefix=token.prefix)
@@ -217,7 +207,7 @@ async def test_it_needs_a_live_key_with_the_openai_scope(alice, monkeypatch):
 
 
 async def test_it_lists_the_served_models(alice, monkeypatch):
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     client = AsyncClient()
     listing = json.loads((await client.get("/v1/models", headers=headers)).content)
     assert listing == {
@@ -234,7 +224,7 @@ async def test_it_answers_429_with_retry_after_past_the_users_concurrency(alice,
     settings.CHAT_MAX_ACTIVE_PER_USER = 1
     release = asyncio.Event()
     engine = use_engine(monkeypatch, FakeEngine(["a", release, "b"]))
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     first = await post(ask(stream=True), headers)  # holds the user's one slot until released
     busy = await post(ask(), headers)
     assert busy.status_code == 429
@@ -255,7 +245,7 @@ async def test_it_answers_429_with_retry_after_past_the_users_concurrency(alice,
 async def test_it_answers_503_with_retry_after_while_the_engine_is_unavailable(alice, monkeypatch):
     down = EngineError("The engine is not reachable.", code="engine_unavailable", extra={"retry_after": 4.2})
     use_engine(monkeypatch, FakeEngine([], fail_with=down))
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     for stream in (False, True):
         response = await post(ask(stream=stream, store=True), headers)
         assert response.status_code == 503
@@ -268,7 +258,7 @@ async def test_it_answers_503_with_retry_after_while_the_engine_is_unavailable(a
 
 async def test_it_ends_the_stream_with_an_error_event_when_the_engine_fails_mid_answer(alice, monkeypatch):
     use_engine(monkeypatch, FakeEngine(["par", "tial"], fail_with=EngineError("gone", code="engine_error")))
-    payloads = await sse(await post(ask(stream=True), await sync_to_async(key)(alice)))
+    payloads = await sse(await post(ask(stream=True), await sync_to_async(bearer)(alice, "openai")))
     assert [json.loads(p)["choices"][0]["delta"] for p in payloads[1:3]] == [
         {"content": "par"},
         {"content": "tial"},
@@ -287,14 +277,14 @@ async def test_it_ends_the_stream_with_an_error_event_when_the_engine_fails_mid_
 async def test_it_times_out_an_engine_that_goes_silent(alice, monkeypatch, settings):
     settings.CHAT_TOKEN_TIMEOUT = 0.3
     engine = use_engine(monkeypatch, FakeEngine(["a"], hang=True))
-    payloads = await sse(await post(ask(stream=True), await sync_to_async(key)(alice)))
+    payloads = await sse(await post(ask(stream=True), await sync_to_async(bearer)(alice, "openai")))
     assert json.loads(payloads[-2])["error"]["code"] == "timeout_between_tokens"
     assert engine.aborted == 1
 
 
 async def test_it_aborts_the_engine_request_when_the_client_goes_away(alice, monkeypatch):
     engine = use_engine(monkeypatch, FakeEngine(["a", "b"], hang=True))
-    headers = await sync_to_async(key)(alice)
+    headers = await sync_to_async(bearer)(alice, "openai")
     # The view's own response: the test client would wrap its iterator in one that does not close it.
     request = AsyncRequestFactory().post(
         "/v1/chat/completions", ask(stream=True, store=True), "application/json", headers=headers

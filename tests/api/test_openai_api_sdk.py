@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from answers.run import cache_salt_for
 from apitokens.services import token_issue
 from conversations.models import Conversation, Message
-from tests.conftest import engine_gauge
+from tests.support.product import engine_gauge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

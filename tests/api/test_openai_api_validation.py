@@ -8,10 +8,10 @@ import math
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth import get_user_model
 
-from tests.api.test_openai_api import MODEL, ask, key, post, use_engine
-from tests.fake_engine import FakeEngine
+from tests.api.test_openai_api import MODEL, ask, post, use_engine
+from tests.support.api_keys import bearer
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 LIMIT = 2048  # CHAT_MAX_TOKENS_LIMIT
@@ -23,11 +23,6 @@ def bounds(settings):
     settings.CHAT_MAX_TOKENS_LIMIT = LIMIT
     settings.CHAT_MAX_TOKENS = 512
     settings.CHAT_TEMPERATURE = 0.7
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def user(content="Hi") -> dict:
@@ -248,7 +243,7 @@ REFUSED = [
 @pytest.mark.parametrize("body, expected", REFUSED)
 async def test_it_refuses_each_bad_body_with_its_status_and_error(alice, monkeypatch, body, expected):
     engine = use_engine(monkeypatch, FakeEngine(["no"]))
-    response = await post(body, await sync_to_async(key)(alice))
+    response = await post(body, await sync_to_async(bearer)(alice, "openai"))
     error = json.loads(response.content)["error"]
     assert (response.status_code, error["code"], error["param"], error["message"]) == expected
     assert error["type"] == "invalid_request_error"
@@ -407,7 +402,7 @@ ACCEPTED = [
 @pytest.mark.parametrize("body, expected", ACCEPTED)
 async def test_it_asks_the_engine_for_what_each_good_body_says(alice, monkeypatch, body, expected):
     engine = use_engine(monkeypatch, FakeEngine(["ok"]))
-    response = await post(body, await sync_to_async(key)(alice))
+    response = await post(body, await sync_to_async(bearer)(alice, "openai"))
     assert response.status_code == 200, response.content
     (request,) = engine.requests
     got = (
@@ -484,7 +479,7 @@ async def test_it_asks_the_engine_for_what_each_good_body_says(alice, monkeypatc
 )
 async def test_it_streams_when_asked_with_usage_when_asked(alice, monkeypatch, body, expected):
     use_engine(monkeypatch, FakeEngine(["ok"]))
-    response = await post(body, await sync_to_async(key)(alice))
+    response = await post(body, await sync_to_async(bearer)(alice, "openai"))
     text = b"".join([chunk async for chunk in response.streaming_content]).decode()
     events = [json.loads(e.removeprefix("data: ")) for e in text.split("\n\n")[:-2]]
     got = (response.status_code, [sorted(e) for e in events])

@@ -1,7 +1,7 @@
-"""Every page a user or a staff member sees, checked with axe-core (tests/vendor/axe-core, from npm) in
-Chromium: no serious or critical violation, in each state people meet it in (the chat empty, streaming,
-finished, with each dialog open). Also the things axe cannot see: the end of an answer is announced once,
-politely, and focus comes back to the button that opened a dialog."""
+"""Every page a user or a staff member sees, checked with axe-core (tests/support/vendor/axe-core, from
+npm) in Chromium: no serious or critical violation, in each state people meet it in (the chat empty,
+streaming, finished, with each dialog open). Also the things axe cannot see: the end of an answer is
+announced once, politely, and focus comes back to the button that opened a dialog."""
 
 import re
 from pathlib import Path
@@ -15,12 +15,12 @@ from documents.uploads import DocumentInput
 from jobs import services as job_services
 from knowledge import services as knowledge_services
 from knowledge.models import Document
-from tests.chat_client import answered_turn, long_answer_conversation
-from tests.conftest import log_in
-from tests.knowledge_helpers import answered_with_sources
+from tests.support.browser import log_in
+from tests.support.chat_client import answered_turn, long_answer_conversation
+from tests.support.knowledge import answered_with_sources
 
 pytestmark = pytest.mark.django_db(transaction=True)
-AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe-core" / "axe.min.js"
+AXE = Path(__file__).resolve().parents[1] / "support" / "vendor" / "axe-core" / "axe.min.js"
 RUN_AXE = """async () => {
     const result = await axe.run(document, { resultTypes: ["violations"] });
     return result.violations

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from conversations import services, turns
 from conversations.models import Conversation, Message
-from tests.conftest import LOADS_SETTLED, log_in
+from tests.support.browser import LOADS_SETTLED, log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from conversations import services
 from conversations.models import Message
-from tests.conftest import log_in
+from tests.support.browser import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,8 @@ from playwright.sync_api import expect
 
 from conversations import turns
 from conversations.models import Message
-from tests.chat_client import long_answer_conversation
-from tests.conftest import log_in
+from tests.support.browser import log_in
+from tests.support.chat_client import long_answer_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DARK_BACKGROUND = "rgb(23, 24, 28)"

@@ -11,10 +11,9 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from knowledge import quotes, services
-from tests.chat_client import long_answer_conversation
-from tests.conftest import log_in
-from tests.knowledge.test_knowledge_chat_end_to_end import HANDBOOK, LEAVE
-from tests.knowledge_helpers import answered_with_sources, indexed_collection
+from tests.support.browser import log_in
+from tests.support.chat_client import long_answer_conversation
+from tests.support.knowledge import HANDBOOK, LEAVE, answered_with_sources, indexed_collection
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 PICTURES = Path(__file__).resolve().parents[2] / ("docs" if os.environ.get("UPDATE_SCREENSHOTS") else "var")

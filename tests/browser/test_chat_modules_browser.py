@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from conversations import services
-from tests.conftest import log_in
+from tests.support.browser import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from conversations.models import Conversation, ConversationDocument
-from tests.chat_client import answered_turn
-from tests.conftest import log_in
+from tests.support.browser import log_in
+from tests.support.chat_client import answered_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # The docs' pictures of the sidebar, in both themes; rewritten only on request (a run leaves the tree clean).

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from conversations import services
 from conversations.models import Message
-from tests.conftest import log_in
+from tests.support.browser import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

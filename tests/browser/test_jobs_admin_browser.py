@@ -8,7 +8,7 @@ from documents.uploads import DocumentInput
 from jobs import claims, services
 from jobs.models import Document, Job
 from jobs.summarize import Summary
-from tests.conftest import log_in
+from tests.support.browser import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from knowledge import services
 from knowledge.models import Collection, Document
-from tests.conftest import log_in
+from tests.support.browser import log_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 

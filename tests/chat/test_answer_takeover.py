@@ -11,7 +11,6 @@ import pytest
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from answers import drain, ownership, process, takeover
@@ -25,14 +24,9 @@ from harness.waiting import until
 from inference.client import EngineError
 from redisconn import client as redis_client
 from redisconn import keys
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="x" * 12)
 
 
 async def running_answer(user, script, **engine) -> tuple[Generation, FakeEngine]:

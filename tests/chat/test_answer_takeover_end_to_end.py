@@ -29,8 +29,8 @@ from harness.processes import free_port, ports_in_a_row, redis_answers
 from harness.supervision import BIN, Site, Supervisord, answers, supervisord_running
 from harness.waiting import wait_for
 from redisconn import keys
-from tests.chat_client import long_answer_conversation, open_chat, receive, send, session_cookie
-from tests.conftest import LOGS, product_env, running_daphne
+from tests.support.chat_client import long_answer_conversation, open_chat, receive, send, session_cookie
+from tests.support.product import LOGS, product_env, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

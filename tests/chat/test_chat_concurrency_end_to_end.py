@@ -16,11 +16,10 @@ from conversations.models import Conversation, Message
 from documents.uploads import documents_from_files
 from jobs import services as jobs
 from jobs.models import Job
-from tests.chat_client import collect_answer, long_answer_conversation, open_chat, send
-from tests.conftest import running_daphne
-from tests.jobs.test_jobs_end_to_end import wait_finished
-from tests.jobs_corpus import report
-from tests.jobs_helpers import staff_user
+from tests.support.chat_client import collect_answer, long_answer_conversation, open_chat, send
+from tests.support.jobs_corpus import report
+from tests.support.jobs_helpers import staff_user, wait_finished
+from tests.support.product import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ from chat import consumers
 from chat.consumers import ChatConsumer
 from conversations.models import Conversation, Message
 from inference.client import EngineError
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

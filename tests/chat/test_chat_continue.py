@@ -16,15 +16,10 @@ from conversations.models import Conversation, Message
 from harness.waiting import until
 from redisconn import client as redis_client
 from tests.chat.test_answer_takeover import died, tokens
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="x" * 12)
 
 
 @pytest.fixture

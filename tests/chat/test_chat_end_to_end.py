@@ -7,8 +7,8 @@ from django.contrib.auth import get_user_model
 from websockets.exceptions import InvalidStatus
 
 from conversations.models import Conversation, Message
-from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
-from tests.conftest import engine_gauge
+from tests.support.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
+from tests.support.product import engine_gauge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

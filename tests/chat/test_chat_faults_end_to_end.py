@@ -21,18 +21,19 @@ from django.contrib.auth import get_user_model
 from chat import consumers
 from chat.consumers import ChatConsumer
 from conversations.models import Message
+from harness.processes import free_port
 from harness.stand_in_engine import HANG, StandInEngine, serving
 from harness.waiting import wait_for
 from inference.client import OpenAIEngineClient
-from tests.chat_client import (
+from tests.support.chat_client import (
     long_answer_conversation,
     open_chat,
     receive,
     send,
     start_long_answer,
 )
-from tests.conftest import LOGS, free_port, product_env, running_daphne
-from tests.polling import HealthPoller
+from tests.support.polling import HealthPoller
+from tests.support.product import LOGS, product_env, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -173,7 +174,7 @@ def send_text_frame(sock: socket.socket, text: str) -> None:
 
 
 def test_it_closes_a_client_that_stops_reading(django_db_setup, engine_url):
-    from tests.chat_client import session_cookie
+    from tests.support.chat_client import session_cookie
 
     user = get_user_model().objects.create_user("ivan", password="pw-ivan-1234")
     with running_daphne(engine_url, "--ping-interval", "1", "--ping-timeout", "2") as server:

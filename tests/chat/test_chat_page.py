@@ -3,16 +3,10 @@
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from conversations.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def test_it_sends_anonymous_visitors_to_the_login_page(client):
@@ -29,8 +23,7 @@ def test_it_logs_in_through_the_login_form(client, alice):
     assert client.get("/").status_code == 200
 
 
-def test_it_lists_only_the_users_conversations_and_embeds_the_history_as_data(client, alice):
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+def test_it_lists_only_the_users_conversations_and_embeds_the_history_as_data(client, alice, bob):
     mine = Conversation.objects.create(owner=alice, title="Mine")
     Conversation.objects.create(owner=bob, title="Bobs secret")
     Message.objects.create(conversation=mine, role="user", content="<script>alert(1)</script>")
@@ -43,8 +36,7 @@ def test_it_lists_only_the_users_conversations_and_embeds_the_history_as_data(cl
     assert json.loads(data)["conversation"]["messages"][0]["content"] == "<script>alert(1)</script>"
 
 
-def test_it_answers_another_users_conversation_as_missing(client, alice):
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+def test_it_answers_another_users_conversation_as_missing(client, alice, bob):
     theirs = Conversation.objects.create(owner=bob, title="Bobs")
     client.force_login(alice)
     assert client.get(f"/c/{theirs.pk}/").status_code == 404

@@ -13,7 +13,6 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -26,15 +25,10 @@ from conversations.models import Conversation, Message
 from harness.waiting import until
 from redisconn import client as redis_client
 from redisconn import keys, subscription
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="x" * 12)
 
 
 def use_engine(monkeypatch, fake: FakeEngine) -> FakeEngine:

@@ -12,29 +12,19 @@ from django.contrib.auth import get_user_model
 from django.test import AsyncClient
 
 from answers import admission
-from apitokens.services import token_issue
 from chat import http_stream
 from conversations.models import Conversation, Message
 from httpkit.sse import EventStreamResponse
 from inference.client import EngineError
 from redisconn import client as redis_client
-from tests.fake_engine import FakeEngine
+from tests.support.api_keys import bearer
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
-
-
-def bearer(user, scopes=("chat",)) -> dict:
-    _, plain = token_issue(user=user, scopes=scopes)
-    return {"Authorization": f"Bearer {plain}"}
-
-
-async def token_headers(user, scopes=("chat",)) -> dict:
-    return await sync_to_async(bearer)(user, scopes)
+async def token_headers(user, scope: str = "chat") -> dict:
+    return await sync_to_async(bearer)(user, scope)
 
 
 def use_engine(monkeypatch, engine: FakeEngine) -> FakeEngine:
@@ -129,7 +119,7 @@ async def test_it_needs_a_session_with_csrf_or_a_token_with_the_chat_scope(alice
     use_engine(monkeypatch, FakeEngine(["no"]))
     response = await post({"prompt": "hi"})
     assert (response.status_code, json.loads(response.content)["error"]["code"]) == (401, "unauthenticated")
-    store_only = await token_headers(alice, ("store.read",))
+    store_only = await token_headers(alice, "store.read")
     assert (await post({"prompt": "hi"}, store_only)).status_code == 401
     client = AsyncClient(enforce_csrf_checks=True)
     await client.aforce_login(alice)
@@ -173,7 +163,7 @@ def test_it_streams_the_real_engines_tokens_as_they_are_made(product_server, dja
     user = django_user_model.objects.create_user("erin", password="pw-erin-12345")
     # 200 tokens by construction: a client slow to start reading still finds the answer running.
     conversation = Conversation.objects.create(owner=user, max_tokens=200, min_tokens=200, temperature=0)
-    headers = bearer(user)
+    headers = bearer(user, "chat")
     arrivals = []
     events = []
     with httpx.stream(
@@ -221,7 +211,7 @@ def long_answer(base: str, user):
             "prompt": "Write a very long essay about the history of bread.",
             "conversation": conversation.pk,
         },
-        headers=bearer(user),
+        headers=bearer(user, "chat"),
         timeout=120,
     )
 
@@ -245,7 +235,7 @@ def test_it_keeps_the_answer_when_the_client_goes_away_and_resumes_it_from_the_l
     with httpx.stream(
         "GET",
         f"{product_server}/chat/stream?message={message}",
-        headers={**bearer(user), "Last-Event-ID": "2"},
+        headers={**bearer(user, "chat"), "Last-Event-ID": "2"},
         timeout=120,
     ) as response:
         assert response.status_code == 200
@@ -269,13 +259,15 @@ def test_it_stops_an_answer_only_when_asked(product_server, django_user_model):
         message = next(events)[1]["message"]
         _, first = next(events)
         assert "token" in first, first  # a first token: it runs
-        stop = httpx.post(f"{product_server}/chat/stop", json={"message": message}, headers=bearer(user))
+        stop = httpx.post(
+            f"{product_server}/chat/stop", json={"message": message}, headers=bearer(user, "chat")
+        )
         assert stop.status_code == 202, (stop.text, Message.objects.get(pk=message).status)
         *_, (_, closing), (_, last) = list(events)
     assert last == "[DONE]" and closing["status"] == "stopped" and closing["finish_reason"] == "abort"
     answer = Message.objects.get(pk=message)
     assert (answer.status, answer.content) == ("stopped", closing["content"])
-    again = httpx.post(f"{product_server}/chat/stop", json={"message": message}, headers=bearer(user))
+    again = httpx.post(f"{product_server}/chat/stop", json={"message": message}, headers=bearer(user, "chat"))
     assert (again.status_code, again.json()["error"]["code"]) == (409, "not_running")
 
 

@@ -8,7 +8,6 @@ import json
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext
-from django.contrib.auth import get_user_model
 from django.test import AsyncClient, Client
 
 from chat import consumers, http_stream
@@ -16,8 +15,8 @@ from conversations.models import Conversation
 from httpkit.errors import ERRORS
 from tests.chat.test_chat_stream import post as stream_post
 from tests.chat.test_chat_stream import token_headers
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 LIMIT = 2048  # CHAT_MAX_TOKENS_LIMIT
@@ -30,11 +29,6 @@ def bounds(settings):
     settings.CHAT_MAX_TOKENS_LIMIT = LIMIT
     settings.CHAT_MAX_CONTENT_CHARS = CHARS
     settings.CHAT_SYSTEM_PROMPT_MAX_CHARS = 100
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from django.contrib.auth import get_user_model
 
 from chat import consumers
 from conversations.models import Conversation, Message
-from tests.consumer_client import connected
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,11 +16,6 @@ def engine(monkeypatch):
     fake = FakeEngine(["An", "swer"])
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     return fake
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="x" * 12)
 
 
 async def answer(communicator, frame: dict) -> list[dict]:

@@ -4,18 +4,12 @@ import json
 
 import pytest
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from conversations import turns
 from conversations.models import Conversation
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 @pytest.fixture
@@ -71,14 +65,13 @@ def test_it_remembers_the_version_shown_so_a_reload_shows_it(browser, alice):
     assert len(state["conversation"]["messages"]) == 3
 
 
-def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, client):
+def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, client, bob):
     turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
     url = f"/c/{turn.conversation_id}/rename"
     response = client.post(url, {"title": "x"}, content_type="application/json")
     assert (response.status_code, response.json()["error"]["code"]) == (401, "unauthenticated")
     response = browser.post(url, json.dumps({"title": "x"}), content_type="application/json")
     assert (response.status_code, response.json()["error"]["code"]) == (403, "csrf_failed")
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
     other = Client(enforce_csrf_checks=True)
     other.force_login(bob)
     other.get("/")
@@ -91,7 +84,7 @@ def test_it_refuses_without_session_csrf_token_or_ownership(browser, alice, clie
     assert browser.get(url).status_code == 405
 
 
-def test_it_pins_and_archives_without_moving_the_conversation_in_time(browser, alice, client):
+def test_it_pins_and_archives_without_moving_the_conversation_in_time(browser, alice, client, bob):
     turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
     base = f"/c/{turn.conversation_id}"
     before = Conversation.objects.get(pk=turn.conversation_id).updated_at
@@ -112,13 +105,12 @@ def test_it_pins_and_archives_without_moving_the_conversation_in_time(browser, a
     for body in ({}, {"pinned": "yes"}, {"archived": 1}):
         response = post(browser, base + "/flags", body)
         assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_field")
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
     theirs = turns.chat_turn_start(user=bob, conversation_id=None, content="Mine")
     assert post(browser, f"/c/{theirs.conversation_id}/flags", {"pinned": True}).status_code == 404
     assert not Conversation.objects.get(pk=theirs.conversation_id).pinned
 
 
-def test_it_says_which_share_links_are_live(browser, alice):
+def test_it_says_which_share_links_are_live(browser, alice, bob):
     turn = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
     turns.message_finish(message_id=turn.assistant_message_id, content="Hello.", status="complete")
     base = f"/c/{turn.conversation_id}"
@@ -131,7 +123,6 @@ def test_it_says_which_share_links_are_live(browser, alice):
     ]
     post(browser, base + "/unshare", {})
     assert browser.get(base + "/shares").json() == {"live": []}
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
     theirs = turns.chat_turn_start(user=bob, conversation_id=None, content="Mine")
     assert browser.get(f"/c/{theirs.conversation_id}/shares").status_code == 404
     assert Client().get(base + "/shares").status_code == 401

@@ -1,18 +1,12 @@
 """Versions of a turn: edit and regenerate add siblings that share their history."""
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from conversations import selectors, services, turns
 from conversations.models import Conversation, Message
 from httpkit.errors import Refusal
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def answered(turn: turns.Turn, text: str) -> Message:
@@ -75,8 +69,7 @@ def test_it_refuses_to_regenerate_a_user_message_or_edit_an_answer(alice):
         turns.chat_turn_edit(user=alice, message_id=first.assistant_message_id, content="x")
 
 
-def test_it_treats_another_users_messages_as_missing(alice):
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+def test_it_treats_another_users_messages_as_missing(alice, bob):
     theirs = turns.chat_turn_start(user=bob, conversation_id=None, content="secret")
     with pytest.raises(Refusal, match="no such"):
         turns.chat_turn_regenerate(user=alice, message_id=theirs.assistant_message_id)
@@ -170,8 +163,7 @@ def test_it_refuses_settings_outside_their_bounds(alice, data, code):
     assert refused.value.code == code
 
 
-def test_it_searches_titles_and_message_text_of_the_users_own_conversations(alice):
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+def test_it_searches_titles_and_message_text_of_the_users_own_conversations(alice, bob):
     about_tea = turns.chat_turn_start(user=alice, conversation_id=None, content="Tell me about tea")
     answered(about_tea, "Green and BLACK varieties.")
     turns.chat_turn_start(user=alice, conversation_id=None, content="Coffee")

@@ -13,16 +13,11 @@ from chat import consumers, views
 from conversations import services
 from conversations.models import ConversationDocument
 from harness.waiting import wait_for
-from tests.chat_client import browser, collect_answer, open_chat, send
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.chat_client import browser, collect_answer, open_chat, send
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 @pytest.fixture
@@ -109,12 +104,11 @@ def test_it_refuses_a_document_that_does_not_fit_with_the_numbers_and_keeps_noth
     assert attach(client, conversation.pk, "short.txt", b"A few words.").status_code == 201
 
 
-def test_it_refuses_other_files_other_users_and_strangers(alice, engine):
+def test_it_refuses_other_files_other_users_and_strangers(alice, bob, engine):
     conversation = services.conversation_create(user=alice)
     client = browser(alice)
     refused = attach(client, conversation.pk, "tool.exe", b"MZ")
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_field")
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     assert attach(browser(bob), conversation.pk, "a.txt", b"hi").status_code == 404
     assert (
         Client()
@@ -166,7 +160,7 @@ def test_a_hostile_html_attachment_is_refused_clearly_and_other_chats_wait_for_n
 
     import httpx
 
-    from tests.chat_client import session_cookie
+    from tests.support.chat_client import session_cookie
 
     user = get_user_model().objects.create_user("hal", password="pw-hal-123456")
     conversation = services.conversation_create(user=user)
@@ -216,15 +210,14 @@ def test_a_long_text_is_refused_by_its_length_before_the_engine_counts_it(
     assert not ConversationDocument.objects.exists()
 
 
-def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, engine, settings, monkeypatch):
+def test_a_user_reads_one_attachment_at_a_time_and_a_process_a_few(alice, bob, engine, settings, monkeypatch):
     """Each attachment is read by a child process of the web process: three at once from one user were
     all parsed. The child here spins until its wall-clock limit, so the first holds its slot."""
     from documents import reader
 
-    monkeypatch.setattr(reader, "CHILD", "tests.document_probe")
+    monkeypatch.setattr(reader, "CHILD", "tests.support.document_probe")
     settings.BULK_PDF_TIMEOUT = 3
     settings.CHAT_DOCUMENT_READS_PER_PROCESS = 2
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     carol = get_user_model().objects.create_user("carol", password="pw-carol-12345")
     chats = {user: services.conversation_create(user=user) for user in (alice, bob, carol)}
 

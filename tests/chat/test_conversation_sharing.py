@@ -3,19 +3,13 @@
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from conversations import services, turns
 from conversations.models import Conversation, SharedLink
-from tests.chat_client import browser
+from tests.support.chat_client import browser
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def answer(user, content, conversation_id=None, reply="An answer.", parent_id=None):
@@ -82,9 +76,8 @@ def test_a_shared_page_is_never_cached_and_dies_with_its_owners_account(alice):
     assert Client().get(url).status_code == 404
 
 
-def test_it_lets_only_the_owner_share_export_or_revoke(alice):
+def test_it_lets_only_the_owner_share_export_or_revoke(alice, bob):
     turn = answer(alice, "Mine")
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     client = browser(bob)
     for path in ("share", "unshare"):
         assert post(client, f"/c/{turn.conversation_id}/{path}").status_code == 404

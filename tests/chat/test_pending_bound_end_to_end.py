@@ -19,8 +19,8 @@ from websockets.sync.client import connect
 
 from accounts.sessions import SessionStore
 from harness.waiting import wait_for
-from tests.chat_client import session_cookie
-from tests.conftest import running_daphne
+from tests.support.chat_client import session_cookie
+from tests.support.product import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

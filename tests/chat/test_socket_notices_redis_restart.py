@@ -10,8 +10,8 @@ from django.test import Client
 
 from harness.processes import free_port, redis_serving
 from tests.chat.test_chat_end_to_end import close_code
-from tests.chat_client import open_chat, receive, send
-from tests.conftest import running_daphne
+from tests.support.chat_client import open_chat, receive, send
+from tests.support.product import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

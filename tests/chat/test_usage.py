@@ -18,8 +18,8 @@ from jobs import claims
 from jobs.models import Document, Job
 from jobs.summarize import Summary
 from openai_api import views as openai_views
-from tests.consumer_client import connected, until_closed
-from tests.fake_engine import FakeEngine
+from tests.support.consumer_client import connected, until_closed
+from tests.support.fake_engine import FakeEngine
 from usage import selectors
 from usage.models import DailyQuota, UsageDay
 from usage.services import usage_record
@@ -29,14 +29,9 @@ MODEL = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
-
-
-@pytest.fixture
 def engine(monkeypatch, settings):
     settings.INFERENCE_MODEL_NAME = MODEL
-    # Each answer: 10 prompt tokens and 2 completion tokens (tests/fake_engine.py).
+    # Each answer: 10 prompt tokens and 2 completion tokens (tests/support/fake_engine.py).
     fake = FakeEngine(["Hel", "lo"])
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     monkeypatch.setattr(openai_views, "engine_client", lambda: fake)
@@ -123,7 +118,7 @@ async def test_it_refuses_a_spent_quota_with_the_reset_time_in_the_chat_and_the_
     assert await sync_to_async(lambda: alice.conversations.count())() == 1
 
 
-def test_it_takes_the_users_own_quota_else_the_largest_groups_else_the_default(alice, settings):
+def test_it_takes_the_users_own_quota_else_the_largest_groups_else_the_default(alice, bob, settings):
     assert selectors.quota_for(user=alice) is None
     settings.USAGE_DAILY_TOKENS = 1000
     assert selectors.quota_for(user=alice) == 1000
@@ -134,12 +129,10 @@ def test_it_takes_the_users_own_quota_else_the_largest_groups_else_the_default(a
     assert selectors.quota_for(user=alice) == 5000
     DailyQuota.objects.create(user=alice, tokens=10)
     assert selectors.quota_for(user=alice) == 10
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
     assert selectors.quota_for(user=bob) == 1000
 
 
-def test_it_shows_users_their_own_usage_only(alice):
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
+def test_it_shows_users_their_own_usage_only(alice, bob):
     usage_record(user_id=alice.pk, source="api", prompt_tokens=1234, cached_tokens=0, completion_tokens=1)
     usage_record(user_id=bob.pk, source="chat", prompt_tokens=98765, cached_tokens=0, completion_tokens=1)
     DailyQuota.objects.create(user=alice, tokens=5000)
@@ -151,9 +144,8 @@ def test_it_shows_users_their_own_usage_only(alice):
     assert "1235 tokens used of your 5000 a day" in page and "3765 left" in page
 
 
-def test_it_lists_the_top_users_on_the_dashboard_and_their_days_in_the_admin(alice):
+def test_it_lists_the_top_users_on_the_dashboard_and_their_days_in_the_admin(alice, bob):
     staff = get_user_model().objects.create_superuser("root", password="pw-root-12345")
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-12345")
     usage_record(user_id=alice.pk, source="chat", prompt_tokens=100, cached_tokens=0, completion_tokens=10)
     usage_record(user_id=bob.pk, source="api", prompt_tokens=900, cached_tokens=0, completion_tokens=90)
     assert [r["username"] for r in selectors.top_users(day=selectors.today())] == ["bob", "alice"]

@@ -14,7 +14,7 @@ from enginehost.embedmodel import prepare_embedding_model
 from enginehost.launcher import EngineProcess
 from harness.processes import free_port
 from inference.topology import metric_sums
-from tests.conftest import LOGS
+from tests.support.product import LOGS
 
 KEY = "embedding-key-" + "e" * 30
 AUTH = {"Authorization": f"Bearer {KEY}"}

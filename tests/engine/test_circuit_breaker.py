@@ -4,7 +4,7 @@ import pytest
 
 from inference.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, GuardedEngineClient
 from inference.client import ChatRequest, EngineError
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 
 class Clock:

@@ -230,7 +230,7 @@ def test_an_engine_started_with_the_api_key_answers_the_product_and_refuses_anyo
     from dataclasses import replace
 
     from inference.client import ChatRequest, OpenAIEngineClient, TextDelta
-    from tests.conftest import LOGS
+    from tests.support.product import LOGS
 
     url = f"http://127.0.0.1:{free_port()}"
     key = "engine-key-" + "x" * 30

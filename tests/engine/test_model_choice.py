@@ -21,9 +21,10 @@ from harness.processes import free_port
 from httpkit.errors import Refusal
 from inference.access import models_for
 from inference.models import ModelAccess
-from tests.chat_client import collect_answer, open_chat, send
-from tests.conftest import LOGS, engine_gauge, log_in, running_daphne
-from tests.fake_engine import FakeEngine
+from tests.support.browser import log_in
+from tests.support.chat_client import collect_answer, open_chat, send
+from tests.support.fake_engine import FakeEngine
+from tests.support.product import LOGS, engine_gauge, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,11 +32,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def two_models(settings):
     settings.INFERENCE_MODELS = "model-a=http://127.0.0.1:9/a,model-b=http://127.0.0.1:9/b"
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 def restrict(model: str, group: str) -> Group:
@@ -87,7 +83,7 @@ def test_a_conversation_keeps_the_model_chosen_before_its_first_message(two_mode
 
 
 async def test_an_answer_names_its_conversations_model_to_the_engine(two_models, alice, monkeypatch):
-    from tests.consumer_client import connected, until_closed
+    from tests.support.consumer_client import connected, until_closed
 
     fake = FakeEngine(["ok"])
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)

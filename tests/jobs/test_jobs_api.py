@@ -12,14 +12,10 @@ from apitokens.services import token_issue, token_revoke
 from jobs import claims, services
 from jobs.models import Document, Job
 from jobs.summarize import Summary
-from tests.jobs_helpers import staff_user
+from tests.support.api_keys import bearer
+from tests.support.jobs_helpers import staff_user
 
 pytestmark = pytest.mark.django_db
-
-
-def bearer(user, scopes=("jobs.submit",)) -> dict:
-    _, plain = token_issue(user=user, scopes=scopes)
-    return {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
 
 
 @pytest.fixture
@@ -30,7 +26,9 @@ def staff():
 def test_it_creates_a_job_from_uploaded_files(client, staff):
     files = [SimpleUploadedFile("a.txt", b"First document."), SimpleUploadedFile("b.md", b"Second.")]
     response = client.post(
-        "/api/jobs/", {"files": files, "preset": "bullets", "max_summary_tokens": "64"}, **bearer(staff)
+        "/api/jobs/",
+        {"files": files, "preset": "bullets", "max_summary_tokens": "64"},
+        headers=bearer(staff, "jobs.submit"),
     )
     assert response.status_code == 201, response.content
     body = response.json()
@@ -47,14 +45,19 @@ def test_it_creates_a_job_from_json_documents_with_a_custom_instruction(client, 
         "instruction": "List the people named.",
     }
     response = client.post(
-        "/api/jobs/", json.dumps(payload), content_type="application/json", **bearer(staff)
+        "/api/jobs/",
+        json.dumps(payload),
+        content_type="application/json",
+        headers=bearer(staff, "jobs.submit"),
     )
     assert response.status_code == 201
     assert Job.objects.get(pk=response.json()["id"]).instruction == "List the people named."
 
 
 def test_it_answers_json_nested_deeper_than_the_parser_goes_with_a_clear_error(client, staff):
-    response = client.post("/api/jobs/", "[" * 20_000, content_type="application/json", **bearer(staff))
+    response = client.post(
+        "/api/jobs/", "[" * 20_000, content_type="application/json", headers=bearer(staff, "jobs.submit")
+    )
     assert response.status_code == 400
     assert "nested too deeply" in response.json()["error"]["detail"]
     assert not Job.objects.exists()
@@ -64,34 +67,36 @@ def test_it_answers_json_nested_deeper_than_the_parser_goes_with_a_clear_error(c
 def test_it_refuses_requests_without_a_live_jobs_token(client, staff, case):
     headers = {}
     if case == "malformed":
-        headers = {"HTTP_AUTHORIZATION": "Bearer nope"}
+        headers = {"Authorization": "Bearer nope"}
     elif case == "wrong_scope":
-        headers = bearer(staff, scopes=("chat",))
+        headers = bearer(staff, "chat")
     elif case == "revoked":
         token, plain = token_issue(user=staff, scopes=["jobs.submit"])
         token_revoke(prefix=token.prefix)
-        headers = {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
+        headers = {"Authorization": f"Bearer {plain}"}
     elif case == "session_only":
         client.force_login(staff)
-    response = client.post("/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"x")]}, **headers)
+    response = client.post("/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"x")]}, headers=headers)
     assert response.status_code == 401
-    assert client.get("/api/jobs/1/", **headers).status_code == 401
+    assert client.get("/api/jobs/1/", headers=headers).status_code == 401
     assert not Job.objects.exists()
 
 
 def test_it_lets_only_staff_submit(client):
     user = get_user_model().objects.create_user("plain", is_staff=True)
-    headers = bearer(user)  # issued while staff: only staff may hold the scope
+    headers = bearer(user, "jobs.submit")  # issued while staff: only staff may hold the scope
     user.is_staff = False
     user.save()
-    response = client.post("/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"x")]}, **headers)
+    response = client.post("/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"x")]}, headers=headers)
     assert response.status_code == 403
 
 
 def test_it_refuses_an_oversized_body_before_reading_it(client, staff, settings):
     settings.BULK_MAX_UPLOAD_BYTES = 1000
     response = client.post(
-        "/api/jobs/", {"files": [SimpleUploadedFile("a.txt", b"a" * 2000)]}, **bearer(staff)
+        "/api/jobs/",
+        {"files": [SimpleUploadedFile("a.txt", b"a" * 2000)]},
+        headers=bearer(staff, "jobs.submit"),
     )
     assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
 
@@ -102,19 +107,23 @@ def test_it_explains_a_refused_upload(client, staff, settings):
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("bomb.txt", b"0" * 1_000_000)
     response = client.post(
-        "/api/jobs/", {"files": [SimpleUploadedFile("bomb.zip", buffer.getvalue())]}, **bearer(staff)
+        "/api/jobs/",
+        {"files": [SimpleUploadedFile("bomb.zip", buffer.getvalue())]},
+        headers=bearer(staff, "jobs.submit"),
     )
     assert response.status_code == 400 and "expands to" in response.json()["error"]["detail"]
-    response = client.post("/api/jobs/", {"files": [], "preset": "custom"}, **bearer(staff))
+    response = client.post(
+        "/api/jobs/", {"files": [], "preset": "custom"}, headers=bearer(staff, "jobs.submit")
+    )
     assert response.status_code == 400
 
 
 def test_it_hides_other_users_jobs(client, staff):
     other = get_user_model().objects.create_user("other", is_staff=True)
     job = services.job_create(owner=staff, documents=_inputs(1), start=False)
-    assert client.get(f"/api/jobs/{job.pk}/", **bearer(other)).status_code == 404
-    assert client.get(f"/api/jobs/{job.pk}/results", **bearer(other)).status_code == 404
-    assert client.get(f"/api/jobs/{job.pk}/", **bearer(staff)).json()["id"] == job.pk
+    assert client.get(f"/api/jobs/{job.pk}/", headers=bearer(other, "jobs.submit")).status_code == 404
+    assert client.get(f"/api/jobs/{job.pk}/results", headers=bearer(other, "jobs.submit")).status_code == 404
+    assert client.get(f"/api/jobs/{job.pk}/", headers=bearer(staff, "jobs.submit")).json()["id"] == job.pk
 
 
 def test_it_streams_results_in_the_openai_batch_shape(client, staff):
@@ -133,7 +142,7 @@ def test_it_streams_results_in_the_openai_batch_shape(client, staff):
         duration_ms=10,
     )
     Document.objects.filter(pk=second.pk).update(status="failed", error="engine_error: boom")
-    response = client.get(f"/api/jobs/{job.pk}/results", **bearer(staff))
+    response = client.get(f"/api/jobs/{job.pk}/results", headers=bearer(staff, "jobs.submit"))
     assert response["Content-Type"] == "application/x-ndjson"
     lines = [json.loads(line) for line in b"".join(response.streaming_content).decode().splitlines()]
     assert [line["custom_id"] for line in lines] == ["doc-0", "doc-1"]
@@ -145,7 +154,7 @@ def test_it_streams_results_in_the_openai_batch_shape(client, staff):
         "code": "failed",
         "message": "engine_error: boom",
     }
-    detail = client.get(f"/api/jobs/{job.pk}/", **bearer(staff)).json()
+    detail = client.get(f"/api/jobs/{job.pk}/", headers=bearer(staff, "jobs.submit")).json()
     assert detail["progress"]["done"] == 1 and detail["progress"]["cache_hit_ratio"] == round(64 / 90, 4)
 
 

@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from jobs.management.commands.summarize import progress_line
 from jobs.models import Job
 from jobs.selectors import Progress
-from tests.jobs_helpers import staff_user
+from tests.support.jobs_helpers import staff_user
 
 pytestmark = pytest.mark.django_db
 

@@ -11,26 +11,12 @@ from documents.uploads import documents_from_files
 from jobs import selectors, services
 from jobs.models import Document, Job, Result
 from redisconn.keys import CHAT_ACTIVE
-from tests.conftest import engine_gauge
-from tests.jobs_corpus import long_report, report
-from tests.jobs_helpers import staff_user
-from tests.jobs_pdf import pdf_with_text
+from tests.support.jobs_corpus import long_report, report
+from tests.support.jobs_helpers import staff_user, wait_finished
+from tests.support.jobs_pdf import pdf_with_text
+from tests.support.product import engine_gauge
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_finished(job: Job, timeout: float, on_tick=None) -> Job:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.status not in Job.ACTIVE:
-            return job
-        if on_tick is not None:
-            on_tick()
-        time.sleep(0.2)
-    raise AssertionError(
-        f"job {job.pk} still {job.status} after {timeout}s: {selectors.job_progress(job=job)}"
-    )
 
 
 def test_it_summarizes_twenty_documents_one_longer_than_the_context_window(celery_worker):

@@ -16,9 +16,9 @@ from jobs.models import Document, Job, Result
 from jobs.runner import document_text, run_job
 from jobs.shaping import Shaper
 from redisconn.keys import CHAT_ACTIVE
-from tests.fake_engine import FakeEngine
-from tests.jobs_helpers import aqueued_job
-from tests.jobs_pdf import pdf_with_text
+from tests.support.fake_engine import FakeEngine
+from tests.support.jobs_helpers import aqueued_job
+from tests.support.jobs_pdf import pdf_with_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

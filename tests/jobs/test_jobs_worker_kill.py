@@ -9,9 +9,8 @@ from django.db.models import Count
 from documents.uploads import DocumentInput
 from jobs import services
 from jobs.models import Document, Job, Result
-from tests.jobs.test_jobs_end_to_end import wait_finished
-from tests.jobs_corpus import report
-from tests.jobs_helpers import staff_user
+from tests.support.jobs_corpus import report
+from tests.support.jobs_helpers import staff_user, wait_finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,28 +12,10 @@ from conversations import services as conversation_services
 from httpkit.errors import Refusal
 from knowledge import indexing, quotes, services
 from knowledge.models import Collection, Quote
-from tests.chat_client import collect_answer, open_chat, send
+from tests.support.chat_client import collect_answer, open_chat, send
+from tests.support.knowledge import HANDBOOK
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
-
-# One document of a few passages, each long enough that passages are most of a prompt, as real ones
-# are (the prefix cache serves whole blocks of 32 tokens), and each about leave, so the first question
-# quotes all of them and the follow-up finds the same ones.
-LEAVE = (
-    "Annual leave: every employee accrues twenty-five days of paid vacation per calendar year. "
-    + (
-        "Unused vacation days carry over until the end of March of the following year, after which "
-        "they lapse; requests for vacation days go to your manager two weeks ahead and the team "
-        "calendar shows who is away. "
-    )
-    * 6
-)
-HANDBOOK = {"leave.txt": LEAVE}
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 @pytest.fixture

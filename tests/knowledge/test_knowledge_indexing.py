@@ -15,7 +15,7 @@ from httpkit.errors import Refusal
 from inference.engine import embedding_client
 from knowledge import chunking, claims, fulltext, indexing, services
 from knowledge.models import Chunk, Document
-from tests.jobs_pdf import pdf_with_text
+from tests.support.jobs_pdf import pdf_with_text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 

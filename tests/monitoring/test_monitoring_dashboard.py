@@ -16,8 +16,8 @@ import redisconn
 from harness.processes import ROOT
 from harness.waiting import wait_for
 from monitoring import history
-from tests.chat_client import session_cookie
-from tests.conftest import LOGS, product_env
+from tests.support.chat_client import session_cookie
+from tests.support.product import LOGS, product_env
 
 pytestmark = pytest.mark.django_db
 

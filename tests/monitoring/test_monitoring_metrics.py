@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.chat_client import collect_answer, open_chat, send
+from tests.support.chat_client import collect_answer, open_chat, send
 
 NAMED = [
     "chat_time_to_first_token_seconds",

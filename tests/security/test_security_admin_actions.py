@@ -10,7 +10,7 @@ from django.test import Client
 from apitokens.models import ApiToken
 from apitokens.services import token_issue
 from jobs.models import Job
-from tests.jobs_helpers import queued_job
+from tests.support.jobs_helpers import queued_job
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from conversations.models import Conversation, Message
 from documents.uploads import DocumentInput
 from jobs import services as job_services
 from jobs.models import Job
-from tests.fake_engine import FakeEngine
+from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

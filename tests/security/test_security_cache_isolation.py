@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 from answers.run import cache_salt_for
 from apitokens.services import token_issue
 from conversations import services
-from tests.chat_client import collect_answer, open_chat, send
-from tests.conftest import running_daphne
+from tests.support.chat_client import collect_answer, open_chat, send
+from tests.support.product import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,7 +19,7 @@ def pdf_text(data: bytes, seconds: float, **limits) -> str:
 
 @pytest.fixture
 def probe(monkeypatch):
-    monkeypatch.setattr(reader, "CHILD", "tests.document_probe")
+    monkeypatch.setattr(reader, "CHILD", "tests.support.document_probe")
 
 
 async def test_it_gives_the_child_no_secrets_and_its_limits(probe, monkeypatch):

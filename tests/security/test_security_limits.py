@@ -10,14 +10,9 @@ from django.test import Client
 
 from chat.consumers import ChatConsumer
 from conversations.models import Conversation
-from tests.consumer_client import connected
+from tests.support.consumer_client import connected
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
 
 
 async def test_it_refuses_frames_past_the_sockets_rate_and_stays_usable(alice, settings):
@@ -57,7 +52,7 @@ async def test_it_refuses_a_socket_past_the_users_open_sockets(alice, settings):
         await communicator.disconnect()
 
 
-def test_it_refuses_changes_to_conversations_past_the_users_rate(alice, settings):
+def test_it_refuses_changes_to_conversations_past_the_users_rate(alice, bob, settings):
     settings.CHAT_CONVERSATION_CHANGES_PER_MINUTE = 3
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
@@ -78,7 +73,6 @@ def test_it_refuses_changes_to_conversations_past_the_users_rate(alice, settings
     assert post(f"/c/{conversation}/settings", {"temperature": 0.1}).status_code == 429
     assert Conversation.objects.count() == 2 and Conversation.objects.get(pk=conversation).title == "One"
     # Another user's changes are their own.
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-123456")
     client.force_login(bob)
     client.get("/")
     token = client.cookies["csrftoken"].value

@@ -14,8 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 from websockets.exceptions import InvalidStatus
 
 from chatsite.env import env_file
-from tests.chat_client import open_chat, receive, send
-from tests.conftest import ROOT, running_daphne
+from harness.processes import ROOT
+from tests.support.chat_client import open_chat, receive, send
+from tests.support.product import running_daphne
 
 PRODUCTION_KEY = "k3y-for-tests-only-" + "x7Qp2Lm9Zr4Vt8Nw1Bc6Hj5Fd0Sg3Ka" * 2
 PRODUCTION = {

@@ -22,7 +22,8 @@ from documents.uploads import DocumentInput
 from harness.stand_in_engine import StandInEngine, serving
 from jobs import services as job_services
 from jobs.models import Document, Job, Result
-from tests.conftest import LOADS_SETTLED, log_in, running_daphne
+from tests.support.browser import LOADS_SETTLED, log_in
+from tests.support.product import running_daphne
 from usage.services import usage_record
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -2,29 +2,13 @@
 text costs a search nothing, and a long term is refused before any query."""
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apitokens.services import token_issue
 from conversations import selectors, turns
+from tests.support.api_keys import bearer
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def alice():
-    return get_user_model().objects.create_user("alice", password="pw-alice-123")
-
-
-@pytest.fixture
-def bob():
-    return get_user_model().objects.create_user("bob", password="pw-bob-12345")
-
-
-def bearer(user) -> dict:
-    _, plain = token_issue(user=user, scopes=("store.read",))
-    return {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
 
 
 def message_reads(queries) -> list[str]:
@@ -41,7 +25,7 @@ def test_the_message_match_reads_only_the_requesters_conversations(client, alice
     turns.chat_turn_start(user=alice, conversation_id=None, content="the needle of alice")
     turns.chat_turn_start(user=bob, conversation_id=None, content="the needle of bob")
     with CaptureQueriesContext(connection) as queries:
-        response = client.get("/api/conversations/?search=needle", **bearer(alice))
+        response = client.get("/api/conversations/?search=needle", headers=bearer(alice, "store.read"))
     assert response.status_code == 200
     assert [r["snippet"] for r in response.json()["results"]] == ["the needle of alice"]
     reads = message_reads(queries.captured_queries)
@@ -58,10 +42,10 @@ def test_the_subquery_is_scoped_by_the_same_filters_as_the_list(alice, bob):
 
 
 def test_a_search_term_past_its_bound_is_refused_clearly(client, alice):
-    headers = bearer(alice)
+    headers = bearer(alice, "store.read")
     longest = "x" * selectors.SEARCH_MAX_CHARS
-    assert client.get(f"/api/conversations/?search={longest}", **headers).status_code == 200
-    response = client.get(f"/api/conversations/?search={longest}x", **headers)
+    assert client.get(f"/api/conversations/?search={longest}", headers=headers).status_code == 200
+    response = client.get(f"/api/conversations/?search={longest}x", headers=headers)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "invalid_field"

@@ -11,7 +11,7 @@ from django.views.debug import SafeExceptionReporterFilter
 
 from apitokens.services import token_issue, token_revoke
 from logcontext import ContextFilter, JsonFormatter, PlainFormatter
-from tests.conftest import LOGS, running_daphne
+from tests.support.product import LOGS, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

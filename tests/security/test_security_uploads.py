@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from apitokens.services import token_issue
 from jobs.models import Job
+from tests.support.api_keys import bearer
 
 pytestmark = pytest.mark.django_db
 
@@ -18,15 +18,10 @@ def staff():
     return get_user_model().objects.create_user("ops", password="pw-ops-123456", is_staff=True)
 
 
-def bearer(user) -> dict:
-    _, plain = token_issue(user=user, scopes=["jobs.submit"])
-    return {"HTTP_AUTHORIZATION": f"Bearer {plain}"}
-
-
 def test_it_refuses_more_files_than_documents_allowed_before_storing_any(client, staff, settings):
     settings.BULK_MAX_DOCUMENTS = settings.DATA_UPLOAD_MAX_NUMBER_FILES = 3
     files = [SimpleUploadedFile(f"{i}.txt", b"Some text.") for i in range(4)]
-    response = client.post("/api/jobs/", {"files": files}, **bearer(staff))
+    response = client.post("/api/jobs/", {"files": files}, headers=bearer(staff, "jobs.submit"))
     assert response.status_code == 400
     assert Job.objects.count() == 0
 
@@ -35,7 +30,10 @@ def test_it_refuses_more_json_records_than_documents_allowed(client, staff, sett
     settings.BULK_MAX_DOCUMENTS = 3
     documents = [{"id": str(i), "text": "Some text."} for i in range(4)]
     response = client.post(
-        "/api/jobs/", json.dumps({"documents": documents}), content_type="application/json", **bearer(staff)
+        "/api/jobs/",
+        json.dumps({"documents": documents}),
+        content_type="application/json",
+        headers=bearer(staff, "jobs.submit"),
     )
     assert response.status_code == 400
     assert Job.objects.count() == 0
@@ -74,7 +72,7 @@ def test_many_small_archives_in_one_upload_cannot_add_up_past_the_expansion_limi
     files = [SimpleUploadedFile(f"part-{i}.zip", data) for i, data in enumerate(archives)]
     tracemalloc.start()
     try:
-        response = client.post("/api/jobs/", {"files": files}, **bearer(staff))
+        response = client.post("/api/jobs/", {"files": files}, headers=bearer(staff, "jobs.submit"))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -21,9 +21,10 @@ from deploy.supervisor import Topology, write
 from harness.processes import ports_in_a_row
 from harness.supervision import Site, answers, supervisord_running
 from harness.waiting import wait_for
-from tests.chat_client import collect_answer, open_chat, receive, send, start_long_answer
-from tests.conftest import LOGS, log_in, product_env
-from tests.polling import HealthPoller
+from tests.support.browser import log_in
+from tests.support.chat_client import collect_answer, open_chat, receive, send, start_long_answer
+from tests.support.polling import HealthPoller
+from tests.support.product import LOGS, product_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ from django.db import connection, connections
 
 from conversations import services
 from conversations.models import Message
-from tests.chat_client import collect_answer, open_chat, send
-from tests.conftest import running_daphne
+from tests.support.chat_client import collect_answer, open_chat, send
+from tests.support.product import running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,11 +13,12 @@ from django.contrib.auth import get_user_model
 
 from conversations import services
 from conversations.models import Message
+from harness.processes import free_port
 from harness.waiting import wait_for
 from inference.topology import metric_sums
 from tests.chat.test_chat_faults_end_to_end import engine_up, running_inference
-from tests.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
-from tests.conftest import LOGS, free_port, running_daphne
+from tests.support.chat_client import collect_answer, long_answer_conversation, open_chat, receive, send
+from tests.support.product import LOGS, running_daphne
 from tests.topology.test_router_affinity import ROUTER, start_router
 
 pytestmark = pytest.mark.django_db(transaction=True)

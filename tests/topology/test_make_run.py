@@ -26,8 +26,8 @@ from django.conf import settings
 from harness.processes import ROOT, free_port, stop_group
 from harness.supervision import answers
 from harness.waiting import wait_for
-from tests.chat_client import collect_answer, open_chat, send
-from tests.conftest import LOGS
+from tests.support.chat_client import collect_answer, open_chat, send
+from tests.support.product import LOGS
 
 # What the suite's own environment sets and a person typing `make run` has not.
 NOT_FROM_THE_SUITE = {

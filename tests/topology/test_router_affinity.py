@@ -22,7 +22,7 @@ from harness.waiting import wait_for
 from inference.client import ChatRequest, EngineError, OpenAIEngineClient, TextDelta
 from inference.engine import engine_metrics, engine_probe, engine_replicas
 from monitoring.figures import dashboard_figures
-from tests.conftest import LOGS
+from tests.support.product import LOGS
 
 ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
 CONVERSATIONS = 20

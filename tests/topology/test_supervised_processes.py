@@ -12,10 +12,10 @@ import pytest
 from supervisor.options import ServerOptions
 
 from deploy.supervisor import Topology, procfile, render
-from harness.processes import free_port
+from harness.processes import ROOT, free_port
 from harness.supervision import Supervisord, answers, supervisord_running
 from harness.waiting import wait_for
-from tests.conftest import LOGS, ROOT, product_env
+from tests.support.product import LOGS, product_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

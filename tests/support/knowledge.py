@@ -9,7 +9,21 @@ from django.db import connections
 
 from knowledge import indexing, services
 from knowledge.models import Chunk, Collection, Document, Quote
-from tests.chat_client import answered_turn
+from tests.support.chat_client import answered_turn
+
+# One document of a few passages, each long enough that passages are most of a prompt, as real ones
+# are (the prefix cache serves whole blocks of 32 tokens), and each about leave, so the first question
+# quotes all of them and the follow-up finds the same ones.
+LEAVE = (
+    "Annual leave: every employee accrues twenty-five days of paid vacation per calendar year. "
+    + (
+        "Unused vacation days carry over until the end of March of the following year, after which "
+        "they lapse; requests for vacation days go to your manager two weeks ahead and the team "
+        "calendar shows who is away. "
+    )
+    * 6
+)
+HANDBOOK = {"leave.txt": LEAVE}
 
 
 def _index(collection_id: int) -> str:

@@ -1,10 +1,12 @@
-"""Staff users and jobs for the bulk-job tests."""
+"""Staff users and jobs for the bulk-job tests, and waiting for a job to end."""
+
+import time
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 from documents.uploads import DocumentInput
-from jobs import services
+from jobs import selectors, services
 from jobs.models import Job
 
 
@@ -27,3 +29,19 @@ def queued_job(texts: dict[str, str], **kwargs) -> Job:
 
 
 aqueued_job = sync_to_async(queued_job)
+
+
+def wait_finished(job: Job, timeout: float, on_tick=None) -> Job:
+    """The job once it has ended, read again every 200 ms (`on_tick` runs between reads); fails
+    with its progress after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status not in Job.ACTIVE:
+            return job
+        if on_tick is not None:
+            on_tick()
+        time.sleep(0.2)
+    raise AssertionError(
+        f"job {job.pk} still {job.status} after {timeout}s: {selectors.job_progress(job=job)}"
+    )
