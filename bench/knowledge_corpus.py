@@ -38,7 +38,7 @@ def _docstrings(path: Path) -> Iterator[str]:
 def _clean(text: str) -> str:
     # Prose only: drop doctest lines, parameter tables and reST markup.
     lines = [line for line in text.splitlines() if not line.lstrip().startswith((">>>", "...", "--", ".."))]
-    text = re.sub(r"[`*:=_|<>\[\]{}]+", " ", " ".join(lines))
+    text = re.sub(r"[`*:=_|<>\[\]{}\x00]+", " ", " ".join(lines))
     return re.sub(r"\s+", " ", text).strip()
 
 
