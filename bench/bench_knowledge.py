@@ -257,6 +257,7 @@ def main() -> dict:
             result["facts"] = data
         else:
             result["stores"].append(data)
+    setup()  # the machine's description in the results reads the settings
     save(options.output, "knowledge", result)
     return result
 

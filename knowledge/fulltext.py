@@ -42,17 +42,15 @@ def search(question: str, collection_ids: Sequence[int], limit: int) -> list[tup
                 [match, *collection_ids, limit],
             )
         else:
-            config = settings.KNOWLEDGE_FTS_CONFIG
             # Each word through the configuration's own parser and stemmer, joined with OR;
-            # stop words drop out (an empty query matches nothing).
+            # stop words drop out (an empty query matches nothing). `search` is the passage's stored
+            # text search vector (knowledge.migrations).
             cursor.execute(
                 "WITH q AS (SELECT to_tsquery(%s::regconfig, "
                 "array_to_string(array(SELECT quote_literal(w) FROM unnest(%s::text[]) w), ' | ')) AS q) "
-                f"SELECT c.id, ts_rank_cd(to_tsvector('{config}'::regconfig, c.text), q.q) AS rank "
-                "FROM knowledge_chunk c, q "
-                f"WHERE to_tsvector('{config}'::regconfig, c.text) @@ q.q "
-                f"AND c.collection_id IN ({placeholders}) "
+                "SELECT c.id, ts_rank_cd(c.search, q.q) AS rank FROM knowledge_chunk c, q "
+                f"WHERE c.search @@ q.q AND c.collection_id IN ({placeholders}) "
                 "ORDER BY rank DESC, c.id LIMIT %s",
-                [config, terms, *collection_ids, limit],
+                [settings.KNOWLEDGE_FTS_CONFIG, terms, *collection_ids, limit],
             )
         return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]

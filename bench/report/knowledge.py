@@ -87,7 +87,7 @@ def section(result: dict, folder: Path) -> str:
     chart = folder / "knowledge-retrieval.png"
     _chart(result, chart)
     parts = [
-        "## Knowledge: retrieval",
+        "## 11. Knowledge: retrieval",
         f"The product's search (`knowledge.search.passages`, top 10) for {result['questions']} questions "
         "(the first 12 words of passages not in the collection) over passages of real text (the "
         "docstrings of the installed packages, about 30 words each, embedded with the bundled "

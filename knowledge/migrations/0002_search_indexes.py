@@ -1,5 +1,5 @@
-"""The search indexes each database gives: SQLite's FTS5 table kept by triggers; on PostgreSQL a GIN
-index over the passages' text search vectors and, where the pgvector extension is available, a
+"""The search indexes each database gives: SQLite's FTS5 table kept by triggers; on PostgreSQL a stored
+text search vector of each passage with its GIN index and, where the pgvector extension is available, a
 `vector` column with an HNSW index (knowledge.vectors reads it; without it search is exact)."""
 
 from django.conf import settings
@@ -34,10 +34,12 @@ def _forward(apps, schema_editor):
                 cursor.execute(statement)
         elif connection.vendor == "postgresql":
             config = settings.KNOWLEDGE_FTS_CONFIG
+            # Stored, so ranking reads each passage's vector instead of parsing its text again.
             cursor.execute(
-                "CREATE INDEX knowledge_chunk_tsv ON knowledge_chunk "
-                f"USING gin (to_tsvector('{config}'::regconfig, text))"
+                "ALTER TABLE knowledge_chunk ADD COLUMN search tsvector "
+                f"GENERATED ALWAYS AS (to_tsvector('{config}'::regconfig, text)) STORED"
             )
+            cursor.execute("CREATE INDEX knowledge_chunk_tsv ON knowledge_chunk USING gin (search)")
             cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
             if cursor.fetchone():
                 cursor.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -58,6 +60,7 @@ def _reverse(apps, schema_editor):
                 cursor.execute(statement)
         elif connection.vendor == "postgresql":
             cursor.execute("DROP INDEX IF EXISTS knowledge_chunk_tsv")
+            cursor.execute("ALTER TABLE knowledge_chunk DROP COLUMN IF EXISTS search")
             cursor.execute("DROP INDEX IF EXISTS knowledge_chunk_hnsw")
             cursor.execute("ALTER TABLE knowledge_chunk DROP COLUMN IF EXISTS vector")
 
