@@ -503,11 +503,8 @@ for _proxy in TRUSTED_PROXIES:
             "pod addresses, docs/deploy.md)"
         ) from None
 
-# --- Knowledge: collections, the embedding engine, retrieval (docs/knowledge.md) ---
-EMBEDDING_URL = env_str("EMBEDDING_URL", "http://127.0.0.1:8102")
-EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", str(DATA_DIR / "models" / "all-MiniLM-L6-v2"))
-EMBEDDING_MODEL_NAME = env_str("EMBEDDING_MODEL_NAME", "all-minilm-l6-v2")
-EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1)
+# Knowledge: collections, their indexing and retrieval (knowledge/, docs/knowledge.md); the embedding
+# engine they use is configured with the engine above.
 # Passages: tokens of the embedding model each, and how many each shares with the one before.
 KNOWLEDGE_CHUNK_TOKENS = env_int("KNOWLEDGE_CHUNK_TOKENS", 200, minimum=16, maximum=510)
 KNOWLEDGE_CHUNK_OVERLAP = env_int("KNOWLEDGE_CHUNK_OVERLAP", 40, minimum=0)
