@@ -63,7 +63,9 @@ def test_it_lists_its_model_and_answers_with_and_without_streaming(product_serve
             if choice.delta.content:
                 arrivals.append(time.monotonic())
                 texts.append(choice.delta.content)
-    assert len(texts) >= 150
+    # Streamed in many chunks; how many depends on the host's load (the engine sends the tokens made
+    # since its last chunk together), so the count is bounded below loosely, never by the token count.
+    assert len(texts) >= 10
     assert usage.completion_tokens == 300
     # Incremental: the first and last tokens did not arrive together.
     assert arrivals[-1] - arrivals[0] > 0.2
