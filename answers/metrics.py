@@ -47,6 +47,10 @@ ADMISSIONS_REFUSED = Counter(
     "chat_admissions_refused_total", "Chat requests refused by admission control, by reason.", ["reason"]
 )
 ENGINE_ERRORS = Counter("chat_engine_errors_total", "Failed engine calls, by error code.", ["code"])
+ENGINE_WAITS = Counter(
+    "chat_engine_waits_total",
+    "Times an answer lost its engine mid-answer and waited to carry on with one that answers again.",
+)
 
 
 def generation_started() -> None:
@@ -56,6 +60,11 @@ def generation_started() -> None:
 
 def generation_ended() -> None:
     ACTIVE_GENERATIONS.dec()
+
+
+def engine_lost() -> None:
+    """An answer lost its engine and waits for one (answers.run)."""
+    ENGINE_WAITS.inc()
 
 
 def first_token(seconds: float) -> None:

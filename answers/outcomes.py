@@ -41,6 +41,11 @@ class Outcome:
 
 log = logging.getLogger(__name__)
 
+# What the readers of an answer that lost its engine are told while it waits (answers.run).
+ENGINE_WAIT_DETAIL = (
+    "The engine went away (a restart, or a replica lost); the answer goes on when it is back."
+)
+
 STOP_NOTES = {
     "user": "Stopped by the user.",
     "disconnect": "The HTTP client went away before the answer finished.",

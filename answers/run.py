@@ -8,6 +8,12 @@ OpenAI-compatible API's (openai_api.serving) hands them to the one HTTP response
 and records the exchange. Both run as a task of the web process that no connection owns, keep
 their admission slot and their heartbeat in Redis (answers.watcher, answers.ownership), and count
 the prompt of every request the engine started, stopped ones included.
+
+An answer that can be continued (a chat answer) outlives its engine too: when the engine goes away
+after its first token (a replica killed, the engine restarting), it waits for an engine to answer
+again, up to CHAT_ENGINE_RESUME_SECONDS, its deadlines paused and its readers told why
+(`engine_waiting`), then asks it to carry on the partial text as a takeover does, within the
+remaining budget.
 """
 
 import asyncio
@@ -32,6 +38,13 @@ log = logging.getLogger(__name__)
 
 # Stops that end the answer here without ending it: another process continues it.
 LEAVING = frozenset({"superseded", "handover"})
+# A draining process's stops (answers.drain).
+DRAIN_STOPS = frozenset({"handover", "draining"})
+# Failures of the engine that another engine, or the same one restarted, can recover from; a refused
+# request (engine_rejected), an error the engine reported, or a silent engine (a deadline) is final.
+ENGINE_LOST = frozenset({"engine_unavailable", "engine_timeout"})
+# The waits between tries while the engine is away: doubling from the first to the last.
+RESUME_WAITS = (0.5, 5.0)
 
 
 def cache_salt_for(user_id: int) -> str | None:
@@ -65,6 +78,7 @@ class AnswerRun:
         self._lease = lease
         self._stop_reason = "user"
         self._stopping = False
+        self._ending = False
         self.task: asyncio.Task | None = None
         self.parts: list[str] = list(earlier)
         self.seq = len(earlier)
@@ -75,6 +89,13 @@ class AnswerRun:
         # Tokens of the partial answer an earlier owner made (counted when this one continues it).
         self.made = 0
         self._started = 0.0
+        # Seconds spent waiting for the engine to come back, by which the deadlines are put off,
+        # and the prompt tokens of the requests the engine lost (the answer's usage counts them).
+        self._waited = 0.0
+        self._lost_prompt_tokens = 0
+        # Tries since the engine was lost, and whether the readers were told it is away.
+        self._engine_tries = 0
+        self._told_waiting = False
 
     # What a sink provides.
 
@@ -100,6 +121,10 @@ class AnswerRun:
     def ended(self) -> None:
         """The answer's task is ending (a sink wakes its followers)."""
 
+    async def engine_waiting(self, r: aioredis.Redis, detail: str | None) -> None:
+        """Tell the answer's readers that it waits for the engine (`detail` says why), or, with
+        None, that it goes on."""
+
     async def before_handover(self, r: aioredis.Redis) -> None:
         """The answer is about to be left to another process: what it made must be where that
         process reads it (a sink that keeps frames writes them)."""
@@ -117,8 +142,10 @@ class AnswerRun:
         """Cancel the answer once: a second stop (another tab, a repeated key) must not cut
         short the storing and announcing of the stopped answer that the first one began.
         `reason` "superseded" (another process owns it now) and "handover" (this process is
-        draining) end it here without ending it: nothing is stored or announced."""
-        if self.task is None or self._stopping:
+        draining) end it here without ending it: nothing is stored or announced. A drain's stop
+        that lands once the answer is ending (being stored and announced) is too late: an answer
+        handed over then would be continued past its end by another process."""
+        if self.task is None or self._stopping or (self._ending and reason in DRAIN_STOPS):
             return
         self._stopping = True
         self._stop_reason = reason
@@ -150,23 +177,62 @@ class AnswerRun:
         return round((asyncio.get_running_loop().time() - self._started) * 1000, 1)
 
     async def _generate(self, r: aioredis.Redis) -> None:
-        self._started = asyncio.get_running_loop().time()
-        try:
-            # Assembling the prompt (the engine counts a long history) is within the first token's limit.
-            async with Deadlines(self._started).enforced() as deadlines:
-                request = await self.request()
-                if request is None:
-                    self.completion = Completion(finish_reason="length")
-                else:
-                    await self._stream(r, request, deadlines)
-        except asyncio.CancelledError:
-            if self._stop_reason not in LEAVING:
-                await self._end(r, self._stopped())
-            raise
-        except Exception as exc:
-            await self._end(r, await self._failed(r, exc))
-            return
+        loop = asyncio.get_running_loop()
+        self._started = loop.time()
+        resume_by: float | None = None
+        while True:
+            try:
+                await self._attempt(r)
+            except asyncio.CancelledError:
+                if self._stop_reason not in LEAVING:
+                    await self._end(r, self._stopped())
+                raise
+            except Exception as exc:
+                if self._engine_lost(exc):
+                    resume_by = resume_by or loop.time() + settings.CHAT_ENGINE_RESUME_SECONDS
+                    if await self._wait_for_engine(r, exc, resume_by):
+                        continue
+                await self._end(r, await self._failed(r, exc))
+                return
+            break
         await self._end(r, self._complete())
+
+    async def _attempt(self, r: aioredis.Redis) -> None:
+        """One engine request for the rest of the answer, within its deadlines (put off by the
+        time spent waiting for the engine)."""
+        # Assembling the prompt (the engine counts a long history) is within the first token's limit.
+        async with Deadlines(self._started + self._waited).enforced() as deadlines:
+            request = await self.request()
+            if request is None:
+                self.completion = Completion(finish_reason="length")
+            else:
+                await self._stream(r, request, deadlines)
+
+    def _engine_lost(self, exc: Exception) -> bool:
+        """Whether the engine went away mid-answer. Before the first token an unreachable engine is
+        refused at once, as ever: the reader has nothing to wait for yet, and can ask again."""
+        return self.continuable and self.seq > 0 and isinstance(exc, EngineError) and exc.code in ENGINE_LOST
+
+    async def _wait_for_engine(self, r: aioredis.Redis, exc: EngineError, resume_by: float) -> bool:
+        """The engine went away: wait before the next try, as long as the answer may (False when
+        `resume_by` has passed). The prompt the lost request held is counted."""
+        loop = asyncio.get_running_loop()
+        if loop.time() >= resume_by:
+            return False
+        self._lost_prompt_tokens += self.prompt_tokens or 0
+        self.prompt_tokens = None
+        self._engine_tries += 1
+        wait = min(RESUME_WAITS[0] * 2 ** (self._engine_tries - 1), RESUME_WAITS[1])
+        wait = min(max(wait, exc.extra.get("retry_after", 0)), resume_by - loop.time())
+        log.warning("answer %s: the engine went away (%s); next try in %.1f s", self.owner.answer, exc, wait)
+        if not self._told_waiting:
+            metrics.engine_lost()
+            self._told_waiting = True
+            await self.engine_waiting(r, outcomes.ENGINE_WAIT_DETAIL)
+        began = loop.time()
+        await asyncio.sleep(wait)
+        self._waited += loop.time() - began
+        return True
 
     async def _stream(self, r: aioredis.Redis, request: ChatRequest, deadlines: Deadlines) -> None:
         """Pass on the engine's tokens as they come, within the answer's time limits."""
@@ -183,6 +249,9 @@ class AnswerRun:
                     self.ttft_ms = self.elapsed_ms()
                 if event.prompt_tokens is not None:
                     self.prompt_tokens = event.prompt_tokens
+                if self._told_waiting:  # an engine answers again
+                    self._told_waiting, self._engine_tries = False, 0
+                    await self.engine_waiting(r, None)
                 self.parts.append(event.text)
                 # The position is taken before the token is passed on: a stop landing while
                 # it is written must not give the closing frame the token's position.
@@ -196,7 +265,7 @@ class AnswerRun:
             status=AnswerStatus.COMPLETE,
             finish_reason=self.completion.finish_reason,
             note=self.note,
-            prompt_tokens=self.completion.prompt_tokens,
+            prompt_tokens=self._prompt_tokens(self.completion.prompt_tokens),
             cached_tokens=self.completion.cached_tokens,
             completion_tokens=(self.completion.completion_tokens or 0) + self.made or None,
             ttft_ms=self.ttft_ms,
@@ -208,7 +277,7 @@ class AnswerRun:
             status=AnswerStatus.STOPPED,
             finish_reason="abort",
             note=" ".join(filter(None, [self.note, outcomes.STOP_NOTES.get(self._stop_reason, "")])),
-            prompt_tokens=self.prompt_tokens,
+            prompt_tokens=self._prompt_tokens(self.prompt_tokens),
             ttft_ms=self.ttft_ms,
             duration_ms=self.elapsed_ms(),
         )
@@ -219,14 +288,21 @@ class AnswerRun:
             status=status,
             error_code=code,
             note=" ".join(filter(None, [self.note, detail])),
-            prompt_tokens=self.prompt_tokens,
+            prompt_tokens=self._prompt_tokens(self.prompt_tokens),
             ttft_ms=self.ttft_ms,
             duration_ms=self.elapsed_ms(),
             detail=detail,
             extra=exc.extra if isinstance(exc, EngineError) else {},
         )
 
+    def _prompt_tokens(self, last: int | None) -> int | None:
+        """The prompt tokens of every request the engine began: the last one's, and those it lost."""
+        if not self._lost_prompt_tokens:
+            return last
+        return (last or 0) + self._lost_prompt_tokens
+
     async def _end(self, r: aioredis.Redis, outcome: Outcome) -> None:
+        self._ending = True
         metrics.generation_finished(
             outcome.status,
             outcome.completion_tokens,

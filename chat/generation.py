@@ -29,10 +29,12 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 
+import orjson
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
+from redis.exceptions import RedisError
 
 import redisconn
 from answers import admission, outcomes, ownership, watcher
@@ -43,6 +45,7 @@ from conversations.models import Message
 from httpkit.errors import Refusal
 from inference.client import ChatRequest, EngineClient
 from inference.prompt import PromptCounts, assemble
+from redisconn import keys
 from usage.models import UsageDay
 from usage.services import usage_check
 
@@ -105,6 +108,19 @@ class Generation(AnswerRun):
 
     def ended(self) -> None:
         self.frames.end()
+
+    async def engine_waiting(self, r: aioredis.Redis, detail: str | None) -> None:
+        # Followers here hear it at once; those elsewhere when their stream is quiet (`_quiet`).
+        frame = detail and protocol.notice(self.message_id, code="engine_waiting", detail=detail)
+        self.frames.notice(frame or None)
+        key = keys.chat_notice(self.message_id)
+        try:
+            if frame:
+                await r.set(key, orjson.dumps(frame), ex=int(settings.CHAT_ENGINE_RESUME_SECONDS) + 60)
+            else:
+                await r.delete(key)
+        except RedisError as exc:  # the readers here know; those elsewhere see a quiet stream
+            log.warning("answer %s: its notice was not written (%s)", self.message_id, exc)
 
     async def request(self) -> ChatRequest | None:
         """The conversation fitted to the context window, and the partial answer to carry on
@@ -255,10 +271,12 @@ def _followed(message_id: int, after: int) -> AsyncIterator[dict]:
 
 async def _quiet(r: aioredis.Redis, message_id: int) -> dict | None:
     """A stream with no new frame for a while: None while its answer is alive or may yet be taken
-    over, else how it ended: from the store, or, when no process could continue it, as interrupted."""
+    over (or why it makes no tokens, a `chat.notice`), else how it ended: from the store, or, when
+    no process could continue it, as interrupted."""
     beat = await ownership.last_beat(r, message_id)
     if beat is not None and time.time() - beat < settings.CHAT_TAKEOVER_AFTER_SECONDS + TAKEOVER_GRACE:
-        return None
+        notice = await r.get(keys.chat_notice(message_id))
+        return orjson.loads(notice) if notice else None
     message = await Message.objects.filter(pk=message_id).afirst()
     if message is None:
         return protocol.failed(

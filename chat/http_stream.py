@@ -44,6 +44,8 @@ def _as_event(frame: dict, ids: dict) -> tuple[dict, int | None]:
     """A protocol frame as an SSE event, and its id (a token's seq)."""
     if frame["type"] == "chat.token":
         return {"token": frame["text"]}, frame["seq"]
+    if frame["type"] == "chat.notice":
+        return {"notice": {"code": frame["code"], "detail": frame["detail"]}, **ids}, None
     if frame["type"] == "chat.error":
         fields = {k: frame[k] for k in ("status", "content", "retry_after") if k in frame}
         return {"error": {"code": frame["code"], "detail": frame["detail"]}, **ids, **fields}, None

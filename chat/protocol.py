@@ -19,7 +19,7 @@ from httpkit.validation import Id, Input, Seq, Text, at_most, checked, refuse
 if TYPE_CHECKING:
     from conversations.models import Message
 
-SERVER_FRAMES = ("chat.started", "chat.token", "chat.done", "chat.error")
+SERVER_FRAMES = ("chat.started", "chat.token", "chat.notice", "chat.done", "chat.error")
 # The frames that end an answer.
 TERMINAL = frozenset({"chat.done", "chat.error"})
 
@@ -87,6 +87,11 @@ def done(
     if sources:
         frame["sources"] = sources
     return frame
+
+
+def notice(message_id: int, *, code: str, detail: str) -> dict:
+    """Why a running answer makes no tokens for now (`engine_waiting`); its next token ends it."""
+    return {"type": "chat.notice", "message": message_id, "code": code, "detail": detail}
 
 
 def failed(message_id: int, *, code: str, detail: str, status: str, content: str, **extra) -> dict:

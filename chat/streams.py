@@ -174,8 +174,9 @@ async def follow(
     """Yield the frames after token `after` (-1: from the start), live, until the closing frame.
 
     After each CHAT_STREAM_BLOCK_SECONDS without a frame, `quiet` says whether to go on waiting
-    (None) or how the answer ended (a closing frame, yielded last). Without it, ends without a
-    closing frame only if the stream disappears (expired, or never written)."""
+    (None, or a `chat.notice` saying why no token comes) or how the answer ended (a closing frame,
+    yielded last). Without it, ends without a closing frame only if the stream disappears (expired,
+    or never written)."""
     key = keys.chat_stream(message_id)
     last = _entry_id(after)
     block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
@@ -197,7 +198,8 @@ async def follow(
             if quiet is not None:
                 if (ending := await quiet()) is not None:
                     yield ending
-                    return
+                    if ending["type"] in TERMINAL:
+                        return
             elif not await r.exists(key):
                 return
             continue
@@ -229,6 +231,8 @@ class AnswerFrames:
         self.catching_up: asyncio.Task | None = None
         # The position of the last frame known to be in the stream.
         self._written = earlier[-1]["seq"] if earlier else -1
+        # Why no token comes for now (a `chat.notice`), for followers here; None: none.
+        self._notice: dict | None = None
 
     async def follow(self, after: int, rest: Callable[[int], AsyncIterator[dict]]) -> AsyncIterator[dict]:
         """The frames after token `after`, live, from memory; when the answer leaves this process
@@ -236,6 +240,7 @@ class AnswerFrames:
         index = next(
             (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
         )
+        told = None
         while True:
             while index < len(self._frames):
                 after, frame = self._frames[index]
@@ -245,9 +250,19 @@ class AnswerFrames:
                     return
             if self._ended:
                 break
+            if self._notice is not told:
+                told = self._notice
+                if told is not None:
+                    yield told
+                continue
             await self._grown.wait()
         async for frame in rest(after):
             yield frame
+
+    def notice(self, frame: dict | None) -> None:
+        """Tell the followers here why no token comes for now (None: that has passed)."""
+        self._notice = frame
+        self._wake()
 
     def end(self) -> None:
         """This process writes no more of the answer: followers here read the rest from its stream."""

@@ -20,6 +20,7 @@ from chat.protocol import refused  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from chatsite.errors import json_body  # noqa: E402
 from httpkit.pending import PendingBound  # noqa: E402
+from httpkit.retryslots import RetrySlots  # noqa: E402
 
 application = PendingBound(
     ProtocolTypeRouter(
@@ -29,7 +30,7 @@ application = PendingBound(
         }
     ),
     limit=settings.WEB_MAX_PENDING,
-    retry_after=settings.WEB_PENDING_RETRY_AFTER,
+    retry_slots=RetrySlots(first=settings.WEB_PENDING_RETRY_FIRST, rate=settings.WEB_PENDING_RATE_GUESS),
     socket_frame=refused,
     json_body=json_body,
     on_refused=admission_refused,

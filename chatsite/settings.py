@@ -298,6 +298,9 @@ CHAT_API_PAGE_SIZE = env_int("CHAT_API_PAGE_SIZE", 20, minimum=1, maximum=100)
 CHAT_FIRST_TOKEN_TIMEOUT = env_float("CHAT_FIRST_TOKEN_TIMEOUT", 30.0, minimum=0.1)
 CHAT_TOKEN_TIMEOUT = env_float("CHAT_TOKEN_TIMEOUT", 15.0, minimum=0.1)
 CHAT_TOTAL_TIMEOUT = env_float("CHAT_TOTAL_TIMEOUT", 600.0, minimum=1.0)
+# How long a chat answer whose engine went away waits for one to answer again (another replica, or the
+# engine restarted: 40-106 s on a 2-core host), its deadlines paused, before it ends as interrupted.
+CHAT_ENGINE_RESUME_SECONDS = env_float("CHAT_ENGINE_RESUME_SECONDS", 180.0, minimum=0.0)
 # Bounded admission: past these a chat gets `busy` with a retry-after instead of a queue slot.
 CHAT_MAX_ACTIVE_PER_USER = env_int("CHAT_MAX_ACTIVE_PER_USER", 3, minimum=1)
 # The site's answers at once follow the engine's batch: more would queue inside the engine, where
@@ -340,9 +343,12 @@ CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=
 
 # The web process's bound on waiting work (httpkit.pending): past WEB_MAX_PENDING handshakes and
 # requests taken and not yet answered, the next is refused at once with `busy` (reason
-# `web_pending`), a retry-after drawn from WEB_PENDING_RETRY_AFTER, and nothing read. 0: no bound.
+# `web_pending`) and nothing read. 0: no bound. Its retry-after is the next free slot at half the
+# rate the process takes work (httpkit.retryslots), 2 s away at the soonest; until that rate is
+# measured, a handshake's 4.2 ms of CPU (docs/benchmarks.md) gives it: about 200 a second.
 WEB_MAX_PENDING = env_int("WEB_MAX_PENDING", 64, minimum=0)
-WEB_PENDING_RETRY_AFTER = (2.0, 8.0)
+WEB_PENDING_RETRY_FIRST = 2.0
+WEB_PENDING_RATE_GUESS = 200.0
 
 # The OpenAI-compatible API (openai_api/), its keys (apitokens/) and token quotas (usage/).
 # Largest body of an OpenAI-API request: a whole conversation, sent on every turn.

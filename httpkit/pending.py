@@ -7,7 +7,8 @@ handshakes time out, requests queue for a pooled database connection and fail, a
 trying again, make the queue longer. `PendingBound` counts what is waiting for its response to
 start (a request until `http.response.start`, a handshake until it is accepted or closed) and,
 past `limit`, refuses at once, before anything is read: `busy` with reason `web_pending` and a
-`retry_after` spread over a range, so a storm of refused clients does not come back as one.
+`retry_after` that is the next free slot at the rate the process takes work (`RetrySlots`), so a
+storm of refused clients comes back no faster than the process takes them.
 
 A refused request gets its status (429) and `Retry-After`, with a JSON error body (the shape
 `json_body` gives for the path) or, for a browser asking for a page, a short page that reloads
@@ -22,12 +23,12 @@ are never refused.
 
 import html
 import json
-import random
 from collections.abc import Callable
 from contextvars import ContextVar
 
 from httpkit.errors import Refusal, busy
 from httpkit.json import retry_after_header
+from httpkit.retryslots import RetrySlots
 
 REASON = "web_pending"
 # The socket's close code: 4429, as the product's 4401 mirrors HTTP's 401. RFC 6455's registry has
@@ -52,7 +53,7 @@ class PendingBound:
         app,
         *,
         limit: int,
-        retry_after: tuple[float, float],
+        retry_slots: RetrySlots,
         socket_frame: Callable[[Refusal], dict],
         json_body: Callable[[str, Refusal], dict],
         on_refused: Callable[[str], None] = lambda reason: None,
@@ -60,7 +61,7 @@ class PendingBound:
     ):
         self.app = app
         self.limit = limit  # 0: no bound
-        self.retry_after = retry_after
+        self.retry_slots = retry_slots
         self.socket_frame = socket_frame
         self.json_body = json_body
         self.on_refused = on_refused
@@ -73,17 +74,19 @@ class PendingBound:
             return await self.app(scope, receive, send)
         if self.pending >= self.limit:
             self.on_refused(REASON)
-            refusal = busy(REASON, random.uniform(*self.retry_after))
+            refusal = busy(REASON, self.retry_slots.take())
             if scope["type"] == "websocket":
                 return await self._refuse_socket(refusal, receive, send)
             return await self._refuse_request(scope, refusal, send)
         self.pending += 1
-        started = False
+        started, alone, entered = False, self.pending == 1, self.retry_slots.clock()
 
         def begun() -> None:
             nonlocal started
             if not started:
                 started = True
+                took = self.retry_slots.clock() - entered if alone and self.pending == 1 else None
+                self.retry_slots.left(saturated=2 * self.pending >= self.limit, alone=took)
                 self.pending -= 1
 
         async def watched_send(message):

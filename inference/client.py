@@ -166,6 +166,8 @@ def _status_error(status: int, body: bytes) -> EngineError:
     message = _error_message(body)
     if status == 400:
         return EngineError(f"The engine refused the request: {message}", code="engine_rejected")
+    if status in (502, 503, 504):  # a router or proxy with no engine behind it, for now
+        return EngineError(f"The engine is not reachable ({status}): {message}", code="engine_unavailable")
     return EngineError(f"The engine failed ({status}): {message}")
 
 
@@ -323,6 +325,10 @@ class OpenAIEngineClient:
             raise _engine_error(exc) from exc
         except orjson.JSONDecodeError as exc:
             raise EngineError(f"The engine sent a malformed event: {exc}") from exc
+        if not reader.done:
+            # vLLM ends every stream with [DONE]: one closed without it lost its engine (a router
+            # may close the stream cleanly when the engine behind it dies).
+            raise EngineError("The engine's stream ended before the answer did.", code="engine_unavailable")
         yield reader.completion()
 
     async def count_prompt_tokens(self, messages: Sequence[dict[str, str]]) -> int:

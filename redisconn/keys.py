@@ -60,6 +60,11 @@ def chat_stream(message_id: int) -> str:
     return f"chat:stream:{message_id}"
 
 
+def chat_notice(message_id: int) -> str:
+    """Why a running answer makes no tokens for now (chat.generation), for its readers elsewhere."""
+    return f"chat:notice:{message_id}"
+
+
 def chat_answer_owner(answer: int | str) -> str:
     """Who owns a running answer (a chat message's id, or an API answer's): its fencing token, user
     and admission lease (answers.ownership)."""

@@ -173,6 +173,12 @@ function stop() {
 
 // ---- frames ------------------------------------------------------------------
 
+// Whether the status line shows a running answer's notice (chat.notice), which its next frame ends.
+let noticed = false;
+function endNotice() {
+  if (noticed) { noticed = false; view.showStatus(""); }
+}
+
 function handle(frame) {
   switch (frame.type) {
     case "chat.started": {
@@ -190,15 +196,25 @@ function handle(frame) {
       break;
     }
     case "chat.token": {
-      if (state.token(frame)) view.append(frame.text);
+      if (state.token(frame)) {
+        view.append(frame.text);
+        endNotice();
+      }
+      break;
+    }
+    case "chat.notice": {
+      // The answer waits (its engine went away); its next token, or its end, clears this.
+      if (state.live && state.live.id === frame.message) { noticed = true; view.showStatus(frame.detail); }
       break;
     }
     case "chat.done": {
+      endNotice();
       finish(frame, { status: frame.status, note: frame.note || "", usage: frame.usage || {},
                       ttft_ms: frame.ttft_ms, finish_reason: frame.finish_reason });
       break;
     }
     case "chat.error": {
+      noticed = false;
       if (frame.message && state.tree.get(frame.message)) {
         finish(frame, { status: frame.status || "error", note: frame.detail, error_code: frame.code });
         view.showStatus("The answer failed: " + frame.detail);

@@ -84,6 +84,8 @@ export class HttpTransport {
         } else if ("token" in data) {
           last = event.id;
           this.handlers.onFrame({ type: "chat.token", message, seq: event.id, text: data.token });
+        } else if (data.notice) {
+          this.handlers.onFrame({ type: "chat.notice", message, ...data.notice });
         } else if (data.done) {
           closed = true;
           this.handlers.onFrame({ type: "chat.done", message: data.message, status: data.status,

@@ -101,7 +101,10 @@ async def test_a_dead_processs_answer_is_continued_by_one_scanner_gaplessly_and_
     assert not await r.zscore(keys.CHAT_ANSWERS, str(dead.message_id))
 
 
-async def test_an_answer_that_cannot_be_continued_ends_with_an_error_frame_and_its_partial_text(alice):
+async def test_an_answer_that_cannot_be_continued_ends_with_an_error_frame_and_its_partial_text(
+    alice, settings
+):
+    settings.CHAT_ENGINE_RESUME_SECONDS = 0  # no waiting for the engine to come back
     dead, _ = await running_answer(alice, ["Half "], hang=True)
     assert await until(lambda: dead.seq == 1, 10)
     await died(dead)
@@ -307,3 +310,25 @@ async def _until_tokens(frames, count: int):
         count -= 1
         if not count:
             return
+
+
+async def test_a_drain_that_lands_while_an_answer_is_being_stored_does_not_hand_it_over(alice, monkeypatch):
+    storing, stored = asyncio.Event(), asyncio.Event()
+    finish = Generation.finish
+
+    async def slow_finish(self, r, outcome):
+        storing.set()
+        await stored.wait()
+        await finish(self, r, outcome)
+
+    monkeypatch.setattr(Generation, "finish", slow_finish)
+    generation, _ = await running_answer(alice, ["a", "b"])
+    await asyncio.wait_for(storing.wait(), 5)
+    generation.stop("handover")  # the drain's deadline passes while it is stored
+    stored.set()
+    await asyncio.wait_for(generation.task, 5)
+    message = await Message.objects.aget(pk=generation.message_id)
+    assert (message.status, message.content) == ("complete", "ab")
+    # Ended, not left for another process to continue past its end.
+    assert str(generation.message_id) not in await ownership.stale(redis_client())
+    assert await takeover.scan(redis_client(), FakeEngine(["c"])) == []

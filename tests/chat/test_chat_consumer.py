@@ -122,7 +122,10 @@ async def test_it_refuses_anonymous_users():
     assert not connected
 
 
-async def test_it_stores_an_engine_failure_as_interrupted_with_its_code_and_partial_text(users, monkeypatch):
+async def test_it_stores_an_engine_failure_as_interrupted_with_its_code_and_partial_text(
+    users, monkeypatch, settings
+):
+    settings.CHAT_ENGINE_RESUME_SECONDS = 0  # the answer does not wait for the engine to come back
     fake = FakeEngine(["par", "tial"], fail_with=EngineError("gone", code="engine_unavailable"))
     monkeypatch.setattr(consumers, "engine_client", lambda: fake)
     communicator = await connected(users[0])

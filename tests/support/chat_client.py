@@ -67,6 +67,24 @@ def collect_answer(ws: ClientConnection, timeout: float = 120) -> tuple[dict, li
             return started, tokens, frame
 
 
+def ends_as_shown(ws: ClientConnection, message: int, tokens: list[dict], *, timeout: float = 180):
+    """Read an answer on to its end (its `chat.notice` frames passed over), `tokens` the token frames
+    read so far, and check it is one answer: complete, gapless, ended and stored with the text shown.
+    The stored message."""
+    from conversations.models import Message
+
+    while (frame := receive(ws, timeout=timeout))["type"] in {"chat.token", "chat.notice"}:
+        if frame["type"] == "chat.token":
+            tokens.append(frame)
+    assert (frame["type"], frame["status"]) == ("chat.done", "complete"), frame
+    assert [token["seq"] for token in tokens] == list(range(len(tokens)))
+    shown = "".join(token["text"] for token in tokens)
+    assert frame["content"] == shown
+    stored = Message.objects.get(pk=message)
+    assert (stored.status, stored.content) == ("complete", shown)
+    return stored
+
+
 def start_long_answer(ws: ClientConnection, user, content: str) -> dict:
     """Ask for an answer long by construction (long_answer_conversation) and read up to its
     first token: the answer is running when this returns. Its chat.started frame."""
