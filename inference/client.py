@@ -139,6 +139,8 @@ class EngineProbe(Protocol):
 
 
 def _engine_error(exc: Exception) -> EngineError:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return _status_error(exc.response.status_code, exc.response.content)
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return EngineError("The engine did not answer in time.", code="engine_timeout")
     if isinstance(exc, httpx.TransportError | aiohttp.ClientError):
@@ -363,12 +365,6 @@ class OpenAIEngineClient:
         try:
             response = await self._http.post(path, json=payload)
             response.raise_for_status()
-        except httpx.HTTPStatusError as exc:
-            if exc.response.status_code == 400:
-                raise EngineError(
-                    f"The engine refused the request: {exc.response.text}", code="engine_rejected"
-                ) from exc
-            raise _engine_error(exc) from exc
         except httpx.HTTPError as exc:
             raise _engine_error(exc) from exc
         return response.json()

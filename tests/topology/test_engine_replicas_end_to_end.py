@@ -2,10 +2,10 @@
 session's engine and a `runinference` of its own, with `runrouter` in front and daphne reaching
 them through it. A replica killed as an out-of-memory kill ends it does not lose its answer in
 flight: the surviving replica carries the partial text on (answers.run), one gapless answer stored as
-shown; the conversation's next turn is answered there too, and the killed one, restarted by its
-runinference, takes the conversation back."""
+shown; and the killed one, restarted by its runinference, takes the conversation back."""
 
 import signal
+import time
 
 import httpx
 import psutil
@@ -32,6 +32,9 @@ from tests.topology.test_router_affinity import ROUTER, start_router
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FINISHED = "vllm:request_success_total"
+# The killed answer's length: it cannot end before it (its floor), so the kill after its first token
+# lands mid-answer; short enough for the rest to be made on a loaded 2-core host within the test.
+LONG = 256
 
 
 def finished(url: str) -> float:
@@ -41,6 +44,15 @@ def finished(url: str) -> float:
     except httpx.HTTPError:
         return 0.0
     return metric_sums(text, [FINISHED])[FINISHED]
+
+
+def served_one_more(url: str, before: float) -> bool:
+    """Whether the engine at `url` finished exactly one request more than `before`. Its counter
+    moves just after the answer's last chunk has left it, so it is read until it moves (or 10 s)."""
+    deadline = time.monotonic() + 10
+    while (now := finished(url)) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return now == before + 1
 
 
 def healthy_behind(router_url: str) -> dict[str, bool]:
@@ -82,7 +94,7 @@ def test_a_dead_replica_s_answer_and_conversation_move_to_another_and_come_back(
 
                     # A long answer on B, and B's server killed in the middle of it.
                     services.conversation_update_settings(
-                        user=user, conversation_id=on_b, data={"max_tokens": 1024, "min_tokens": 1024}
+                        user=user, conversation_id=on_b, data={"max_tokens": LONG, "min_tokens": LONG}
                     )
                     send(ws, {"type": "chat.send", "conversation": on_b, "content": "Tell me a long story."})
                     started = receive(ws)
@@ -95,20 +107,12 @@ def test_a_dead_replica_s_answer_and_conversation_move_to_another_and_come_back(
                     # The answer goes on on replica A, from where B left it.
                     stored = ends_as_shown(ws, started["message"], tokens)
                     # Its whole budget, made across both replicas.
-                    assert stored.completion_tokens == 1024 and stored.finish_reason == "length"
-                    assert finished(a_url) == a_before + 1
+                    assert stored.completion_tokens == LONG and stored.finish_reason == "length"
+                    assert served_one_more(a_url, a_before)
 
-                    # The next turn, sent at once, is answered by replica A, with a cold cache.
-                    services.conversation_update_settings(
-                        user=user, conversation_id=on_b, data={"max_tokens": 8, "min_tokens": 8}
-                    )
-                    a_before = finished(a_url)
-                    _, end = answer(ws, on_b, "Are you still there?")
-                    assert (end["type"], end.get("status")) == ("chat.done", "complete"), end
-                    assert finished(a_url) == a_before + 1
-
-                    # B comes back (its runinference starts a new server), the router takes it
-                    # back, and the conversation's turns reach B again.
+                    # B comes back (its runinference starts a new server; the long answer may still
+                    # have been running on A meanwhile), the router takes it back, and the
+                    # conversation's turns reach B again.
                     wait_for(
                         lambda: engine_up(b_url) and healthy_behind(router_url).get(b_url) is True,
                         600,
@@ -117,12 +121,12 @@ def test_a_dead_replica_s_answer_and_conversation_move_to_another_and_come_back(
                     b_before = finished(b_url)
                     _, end = answer(ws, on_b, "And now?")
                     assert (end["type"], end.get("status")) == ("chat.done", "complete"), end
-                    assert finished(b_url) == b_before + 1
+                    assert served_one_more(b_url, b_before)
         finally:
             router.terminate()
             router.wait(10)
     # Nothing lost or doubled: each question has exactly one answer, every one complete.
     answers = Message.objects.filter(conversation_id=on_b, role="assistant").order_by("pk")
-    assert [m.status for m in answers] == ["complete"] * 4
-    assert Message.objects.filter(conversation_id=on_b, role="user").count() == 4
+    assert [m.status for m in answers] == ["complete"] * 3
+    assert Message.objects.filter(conversation_id=on_b, role="user").count() == 3
     assert "The engine stopped: killed by SIGKILL" in log.read_text()
