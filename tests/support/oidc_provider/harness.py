@@ -85,7 +85,8 @@ class OidcProvider:
     def sign(self, claims: dict, *, key: str | None = None, algorithm: str = "RS256", kid: str = "") -> str:
         """A JWT signed as this provider signs (its key and kid), or with another key or algorithm."""
         headers = {"kid": kid or self.kid, "typ": "JWT"}
-        return jwt.encode(claims, key or self.private_key, algorithm=algorithm, headers=headers)
+        signing_key = None if algorithm == "none" else key or self.private_key
+        return jwt.encode(claims, signing_key, algorithm=algorithm, headers=headers)
 
     def logout_token(self, *, sub: str = "", sid: str = "", events: dict | None = None, **claims) -> str:
         """A back-channel logout token as the provider would send it, signed with its key."""
