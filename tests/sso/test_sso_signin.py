@@ -9,10 +9,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.test import Client
 
+from apitokens.services import InvalidScope, token_issue
 from inference.models import ModelAccess
 from sso.models import GroupGrant, SignIn
 from tests.support.api_keys import bearer
 from tests.support.oidc_provider import flow
+from usage.models import DailyQuota
+from usage.selectors import quota_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,3 +112,26 @@ def test_next_on_the_site_is_followed(sso):
     sso.set_user("judy", password="pw-judy", email="judy@example.com")
     response = flow.sign_in(Client(), "judy", "pw-judy", next_url="/usage/")
     assert response["Location"] == "/usage/"
+
+
+def test_a_mapped_groups_quota_comes_and_goes_with_the_provider_group(sso):
+    DailyQuota.objects.create(group=Group.objects.create(name="heavy"), tokens=500_000)
+    sso.set_user("kim", password="pw-kim", email="kim@example.com", groups=["heavy-users"])
+    flow.sign_in(Client(), "kim", "pw-kim")
+    kim = get_user_model().objects.get(email="kim@example.com")
+    assert quota_for(user=kim) == 500_000
+    sso.set_user("kim", password="pw-kim", email="kim@example.com", groups=[])
+    flow.sign_in(Client(), "kim", "pw-kim")
+    assert quota_for(user=kim) is None
+
+
+def test_a_staff_group_carries_the_right_to_submit_bulk_jobs(sso):
+    sso.set_user("lou", password="pw-lou", email="lou@example.com", groups=["chat-admins"])
+    flow.sign_in(Client(), "lou", "pw-lou")
+    lou = get_user_model().objects.get(email="lou@example.com")
+    token_issue(user=lou, scopes=["jobs.submit"])
+    sso.set_user("lou", password="pw-lou", email="lou@example.com", groups=[])
+    flow.sign_in(Client(), "lou", "pw-lou")
+    lou.refresh_from_db()
+    with pytest.raises(InvalidScope):
+        token_issue(user=lou, scopes=["jobs.submit"])
