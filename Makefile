@@ -135,6 +135,12 @@ restart:
 dev:
 	@$(MAKE) --no-print-directory run DEBUG=true
 
+# Single sign-on tried out: `make dev` signing in with the test suite's OpenID provider
+# (django-oauth-toolkit, tests/support/oidc_provider/), started beside it on port 8400 (README).
+.PHONY: try-sso
+try-sso: install-dev
+	$(BIN)/python -m tests.support.oidc_provider.demo
+
 # The browser tests drive Debian's Chromium and the topology tests Debian's nginx: installed here as
 # root where missing, else `make test` stops with the command to run. Nothing is skipped.
 .PHONY: system-packages

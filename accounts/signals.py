@@ -9,7 +9,9 @@ from django.conf import settings
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.dispatch import Signal, receiver
 
-# Sent with `user_id` and `deleted` inside the transaction that made the change.
+# Sent with `user_id` and `deleted` inside the transaction that made the change; `keys_kept=True`
+# when only some of the user's sessions ended (an identity provider's logout, sso.backchannel), so
+# the sockets check again and the API keys stay.
 login_changed = Signal()
 
 

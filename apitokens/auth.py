@@ -1,9 +1,17 @@
-"""Who is asking: a session, or an `Authorization: Bearer` API token with a scope."""
+"""Who is asking: a session, or an `Authorization: Bearer` API token with a scope.
+
+A user who signs in through an identity provider (single sign-on, sso/) keeps working keys only while
+they keep signing in: past SSO_KEY_MAX_IDLE since their last sign-in with any provider, their keys
+are refused, so a person who left the organisation and never signs in again loses the API too."""
 
 import hmac
+from datetime import timedelta
 
+from allauth.socialaccount.models import SocialAccount
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Max
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -35,12 +43,20 @@ def token_user(raw: str, scope: str) -> AbstractBaseUser:
     token = ApiToken.objects.select_related("user").filter(prefix=prefix, revoked_at=None).first()
     if token is None or not hmac.compare_digest(token.digest, token_digest(secret)):
         raise TokenRefused("invalid")
-    if not token.user.is_active:
+    if not token.user.is_active or lapsed(token.user):
         raise TokenRefused("invalid")
     if scope not in token.scopes:
         raise TokenRefused("missing_scope")
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token.user
+
+
+def lapsed(user: AbstractBaseUser) -> bool:
+    """Whether the user signs in through a provider and has not for SSO_KEY_MAX_IDLE."""
+    if not settings.SSO_KEY_MAX_IDLE:
+        return False
+    last = SocialAccount.objects.filter(user=user).aggregate(last=Max("last_login"))["last"]
+    return last is not None and last < timezone.now() - timedelta(seconds=settings.SSO_KEY_MAX_IDLE)
 
 
 def user_for_token(raw: str, scope: str) -> AbstractBaseUser | None:

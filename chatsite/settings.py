@@ -11,6 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from chatsite import signon
 from chatsite.env import (
     env_bool,
     env_choice,
@@ -63,6 +64,13 @@ INSTALLED_APPS = [
     "accounts",
     "usage",
     "audit",
+    # Single sign-on (sso/) through django-allauth's social accounts; its OpenID Connect views are
+    # sso.oidc's, and none of allauth's account views (signup, password reset) is mounted.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "sso",
     "chatsite",
 ]
 
@@ -79,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # django-allauth's request context (sso/).
+    "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -508,6 +518,46 @@ for _proxy in TRUSTED_PROXIES:
             f"TRUSTED_PROXIES: {_proxy!r} is not an address or a network (the ingress controller's "
             "pod addresses, docs/deploy.md)"
         ) from None
+
+# Single sign-on (sso/, docs/configuration.md "Single sign-on"): OpenID Connect providers from
+# SSO_OIDC_PROVIDERS and their SSO_OIDC_<ID>_* variables (chatsite/signon.py), through django-allauth.
+# Provider group name -> Django group name, for every provider without a map of its own.
+SSO_GROUP_MAP = signon.group_map("SSO_GROUP_MAP", {})
+# Django groups whose members are staff (bulk jobs, the admin); staff status a sign-in gave goes
+# with the last of them.
+SSO_STAFF_GROUPS = env_list("SSO_STAFF_GROUPS", [])
+# Every provider by its id: protocol ("oidc" or "saml"), name, groups claim, group map, ...
+SSO_PROVIDERS, _OIDC_APPS = signon.oidc_providers(SSO_GROUP_MAP)
+# Local passwords off for everyone but the break-glass staff account (sso.backends).
+SSO_ONLY = env_bool("SSO_ONLY", False)
+SSO_BREAK_GLASS_USER = env_str("SSO_BREAK_GLASS_USER", "")
+# Seconds a provider's sign-in lasts at most; then the provider is asked again.
+SSO_SESSION_MAX_AGE = env_int("SSO_SESSION_MAX_AGE", 8 * 3600, minimum=60)
+# Seconds an SSO user's API keys keep working without a sign-in (apitokens.auth); 0: forever.
+SSO_KEY_MAX_IDLE = env_int("SSO_KEY_MAX_IDLE", 30 * 24 * 3600, minimum=0)
+AUTHENTICATION_BACKENDS = ["sso.backends.PasswordBackend"]
+SOCIALACCOUNT_ADAPTER = "sso.adapter.SocialAccountAdapter"
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        "provider_class": "sso.oidc.StrictProvider",
+        "OAUTH_PKCE_ENABLED": True,
+        "APPS": _OIDC_APPS,
+    }
+}
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_STORE_TOKENS = False
+# Accounts link by a provider's verified e-mail in sso.adapter only, never by allauth's own rule.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_SIGNUP_FIELDS = ["username*", "email"]
+ACCOUNT_UNIQUE_EMAIL = False
+# A sign-in form posts here, then the browser is sent on to the provider: the provider's origin
+# must be a form's allowed target too.
+CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += sorted(
+    {signon.origin(provider["server_url"]) for provider in SSO_PROVIDERS.values() if "server_url" in provider}
+)
 
 # Knowledge: collections, their indexing and retrieval (knowledge/, docs/knowledge.md); the embedding
 # engine they use is configured with the engine above.

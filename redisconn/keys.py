@@ -4,8 +4,11 @@ chat:  written by the web tier (chat/); the bulk runner reads CHAT_ACTIVE to giv
 inference:  written by the engine's supervisor (runinference), read by the web tier.
 jobs:  written and read by bulk job runners (jobs/).
 monitoring:  the dashboard's history, written by a Celery task beat queues (monitoring.history).
+sso:  back-channel logout tokens already taken (sso.backchannel).
 Rate limits are kept by the `limits` package under its own prefix, in these namespaces.
 """
+
+import hashlib
 
 # Leases of the answers generating now, scored by expiry (answers.admission).
 CHAT_ACTIVE = "chat:generations:active"
@@ -89,3 +92,8 @@ def job_runner_lock(job_id: int) -> str:
 def knowledge_indexer(collection_id: int) -> str:
     """The one indexing run of a collection at a time (knowledge.indexing), refreshed as it works."""
     return f"knowledge:indexer:{collection_id}"
+
+
+def sso_logout_token(provider_id: str, jti: str) -> str:
+    """A back-channel logout token already taken (sso.backchannel), until it expires."""
+    return f"sso:logout-token:{provider_id}:{hashlib.sha256(jti.encode()).hexdigest()}"

@@ -16,9 +16,11 @@ def read_by_the_product() -> set[str]:
     # The settings, the readers they share with deploy/, and the web process's entry point (read
     # before daphne starts).
     python = "".join(
-        (ROOT / "chatsite" / name).read_text() for name in ("settings.py", "env.py", "daphne.py")
+        (ROOT / "chatsite" / name).read_text() for name in ("settings.py", "env.py", "daphne.py", "signon.py")
     )
     names = set(re.findall(r'env_(?:str|int|float|bool|list|choice|secret)\(\s*"([A-Z0-9_]+)"', python))
+    # Single sign-on's readers of a provider list and a group map (chatsite/signon.py).
+    names |= set(re.findall(r'(?:provider_ids|group_map)\(\s*"([A-Z0-9_]+)"', python))
     # A secret also comes from the file its NAME_FILE names.
     names |= {f"{name}_FILE" for name in re.findall(r'env_secret\(\s*"([A-Z0-9_]+)"', python)}
     # Variables the processes read themselves: the Procfile's and the Makefile's.

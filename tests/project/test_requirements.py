@@ -18,6 +18,7 @@ DEV_ONLY = {
     "openai",
     "pyyaml",
     "websockets",
+    "django-oauth-toolkit",
 }
 # The import names of the development packages.
 DEV_IMPORTS = {
@@ -30,6 +31,7 @@ DEV_IMPORTS = {
     "openai",
     "yaml",
     "websockets",
+    "oauth2_provider",
 }
 NOT_SHIPPED = {"tests", "bench", ".venv", ".venv-tools", "var"}
 

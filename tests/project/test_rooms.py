@@ -17,6 +17,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("redisconn",),
     # Who: users and their audit trail.
     ("accounts", "audit"),
+    # Who, from outside: single sign-on through an organisation's identity provider.
+    ("sso",),
     # What a user may spend and use: API tokens, token quotas, the engine's boundary.
     ("apitokens", "usage", "inference"),
     # The engine's own process (launcher, router, default model): it uses the boundary's topology.
@@ -89,8 +91,8 @@ def test_it_sees_an_import_up(tmp_path):
     (tmp_path / "openai_api").mkdir()
     (tmp_path / "openai_api" / "__init__.py").write_text("from chat import protocol\n")
     assert arrows_up(tmp_path) == [
-        "openai_api/__init__.py imports chat (floor 7 from floor 7)",
-        "redisconn/__init__.py imports conversations (floor 6 from floor 1)",
+        "openai_api/__init__.py imports chat (floor 8 from floor 8)",
+        "redisconn/__init__.py imports conversations (floor 7 from floor 1)",
     ]
 
 
