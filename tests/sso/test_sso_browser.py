@@ -1,0 +1,63 @@
+"""Signing in with an OpenID provider in a real browser (Debian's Chromium), against daphne serving
+the product and the test provider over HTTP; then the provider's back-channel logout closes the
+chat's open socket."""
+
+import httpx
+import pytest
+from allauth.socialaccount.models import SocialAccount
+from django.contrib.auth import get_user_model
+
+import redisconn
+from harness.processes import daphne_running
+from harness.waiting import wait_for
+from redisconn import keys
+from tests.sso.conftest import product_variables
+from tests.support.product import LOGS, product_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# No answer is asked for: the sign-in, the page and its socket need no engine.
+NO_ENGINE = "http://127.0.0.1:9"
+
+
+@pytest.fixture(scope="module")
+def sso_product(django_db_setup, oidc_provider):
+    """daphne serving the product, signing in with the test provider, on the port it knows."""
+    env = product_env(NO_ENGINE, **product_variables(oidc_provider))
+    log = LOGS / "test-daphne-sso.log"
+    with daphne_running(env, log, port=oidc_provider.browser_port) as (base, _):
+        yield base
+
+
+def test_it_signs_in_with_the_provider_and_a_backchannel_logout_closes_the_socket(
+    page, sso_product, oidc_provider
+):
+    oidc_provider.set_user(
+        "sam", password="pw-sam", email="sam@example.com", groups=["llm-large", "chat-admins"]
+    )
+    page.goto(sso_product + "/accounts/login/")
+    with page.expect_navigation():
+        page.click("text=Sign in with Test provider")
+    assert page.url.startswith(oidc_provider.base + "/login/")
+    page.fill("#provider-username", "sam")
+    page.fill("#provider-password", "pw-sam")
+    with page.expect_websocket(lambda socket: socket.url.endswith("/ws/chat/"), timeout=30_000) as opened:
+        with page.expect_navigation(url=sso_product + "/"):
+            page.click("text=Sign in at the provider")
+    socket = opened.value
+    sam = get_user_model().objects.get(email="sam@example.com")
+    assert set(sam.groups.values_list("name", flat=True)) == {"large-model", "staff"} and sam.is_staff
+    account = SocialAccount.objects.get(user=sam)
+    # The product took the socket: its lease is held for the user.
+    wait_for(lambda: redisconn.sync_client().zcard(keys.chat_user_sockets(sam.pk)) > 0, 30, "the chat socket")
+    assert not socket.is_closed()
+
+    with socket.expect_event("close", timeout=30_000):
+        response = httpx.post(
+            sso_product + "/accounts/oidc/test/backchannel-logout/",
+            data={"logout_token": oidc_provider.logout_token(sub=account.uid)},
+            timeout=30,
+        )
+        assert response.status_code == 200
+    page.goto(sso_product + "/")
+    assert "/accounts/login/" in page.url
