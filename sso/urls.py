@@ -7,7 +7,7 @@ from allauth.socialaccount import views as social_views
 from django.urls import include, path
 from django.views.generic import RedirectView, TemplateView
 
-from sso import backchannel, oidc
+from sso import backchannel, oidc, saml
 
 urlpatterns = [
     path("accounts/oidc/<str:provider_id>/login/", oidc.login, name="openid_connect_login"),
@@ -18,6 +18,7 @@ urlpatterns = [
         name="sso_backchannel_logout",
     ),
     # SAML 2.0 (sso.saml): /accounts/saml/<id>/ login/, acs/ (and acs/finish/), sls/, metadata/.
+    path("accounts/saml/<str:organization_slug>/sls/", saml.single_logout, name="saml_sls"),
     path("accounts/", include("allauth.socialaccount.providers.saml.urls")),
     path("accounts/sso/cancelled/", social_views.login_cancelled, name="socialaccount_login_cancelled"),
     path("accounts/sso/error/", social_views.login_error, name="socialaccount_login_error"),

@@ -17,6 +17,7 @@ import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from saml2 import BINDING_HTTP_POST, BINDING_HTTP_REDIRECT
@@ -49,17 +50,8 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-class _ThreadingServer(WSGIServer):
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
-
-    def process_request(self, request, client_address) -> None:
-        threading.Thread(target=self._handle, args=(request, client_address), daemon=True).start()
-
-    def _handle(self, request, client_address) -> None:
-        try:
-            self.finish_request(request, client_address)
-        finally:
-            self.shutdown_request(request)
 
 
 class SamlIdP:
@@ -80,11 +72,6 @@ class SamlIdP:
         self.entity_id = self.base + "/metadata"
         self.key, self.cert = write_key_pair(folder, "idp")
         self.other_key, self.other_cert = write_key_pair(folder, "forger")
-
-    @property
-    def certificate(self) -> str:
-        """The signing certificate's base64 body, as metadata and the product's settings carry it."""
-        return "".join(self.cert.read_text().strip().splitlines()[1:-1])
 
     def start(self) -> None:
         self._httpd = make_server(
@@ -123,6 +110,7 @@ class SamlIdP:
                                 (self.base + "/sso/redirect", BINDING_HTTP_REDIRECT),
                                 (self.base + "/sso/post", BINDING_HTTP_POST),
                             ],
+                            "single_logout_service": [(self.base + "/slo/redirect", BINDING_HTTP_REDIRECT)],
                         },
                         "policy": {
                             "default": {
@@ -157,6 +145,14 @@ class SamlIdP:
             return self._reply(start_response, "200 OK", self._login_form(values, binding, error=""))
         if path == "/login" and method == "POST":
             return self._sign_in(start_response, values)
+        if path == "/logout":
+            location = self.logout_url(values["username"], values["sp"], signed=values.get("signed") != "no")
+            start_response("302 Found", [("Location", location)])
+            return [b""]
+        if path == "/slo/redirect":
+            return self._reply(
+                start_response, "200 OK", "<!doctype html><title>Signed out</title><h1>Signed out</h1>"
+            )
         return self._reply(start_response, "404 Not Found", "not found", "text/plain")
 
     @staticmethod
@@ -233,6 +229,28 @@ class SamlIdP:
         encoded = _b64(xml)
         self.sent.append(encoded)
         return encoded, destination
+
+    def logout_url(self, username: str, sp_entity_id: str, signed: bool = True, forged: bool = False) -> str:
+        """The product's single logout address with a LogoutRequest for the user (Redirect binding),
+        as the identity provider sends the browser when the user signs out there; `forged`: signed
+        by another key."""
+        key, cert = (self.other_key, self.other_cert) if forged else (self.key, self.cert)
+        server = Server(config=self._config(key, cert))
+        location = server.metadata.single_logout_service(sp_entity_id, BINDING_HTTP_REDIRECT, "spsso")[0][
+            "location"
+        ]
+        request_id, request = server.create_logout_request(
+            location,
+            sp_entity_id,
+            name_id=NameID(format=NAMEID_FORMAT_PERSISTENT, text=f"idp-{username}"),
+            sign=False,
+            sign_alg=SIG_RSA_SHA256,
+            digest_alg=DIGEST_SHA256,
+        )
+        info = server.apply_binding(
+            BINDING_HTTP_REDIRECT, str(request), location, sign=signed, sigalg=SIG_RSA_SHA256
+        )
+        return dict(info["headers"])["Location"]
 
     @staticmethod
     def post_form(destination: str, saml_response: str, relay_state: str | None) -> str:
