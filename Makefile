@@ -135,6 +135,18 @@ restart:
 dev:
 	@$(MAKE) --no-print-directory run DEBUG=true
 
+# Single sign-on tried out: `make dev` signing in with the test suite's OpenID provider
+# (django-oauth-toolkit, tests/support/oidc_provider/), started beside it on port 8400 (README).
+.PHONY: try-sso
+try-sso: install-dev
+	$(BIN)/python -m tests.support.oidc_provider.demo
+
+# The same with the test suite's SAML identity provider (pysaml2, tests/support/saml_idp.py) on
+# port 8401; it signs with Debian's xmlsec1.
+.PHONY: try-saml
+try-saml: install-dev system-packages
+	$(BIN)/python -m tests.support.saml_demo
+
 # The browser tests drive Debian's Chromium, the topology tests Debian's nginx, and the SAML tests'
 # identity provider signs with Debian's xmlsec1: installed here as
 # root where missing, else `make test` stops with the command to run. Nothing is skipped.

@@ -109,7 +109,9 @@ def _oidc_provider(provider_id: str, default_group_map: dict[str, str]) -> tuple
         "provider_id": provider_id,
         "name": name,
         "client_id": _required(var("CLIENT_ID"), env_str(var("CLIENT_ID"), "")),
-        "secret": _required(var("CLIENT_SECRET"), env_secret(var("CLIENT_SECRET"))),
+        # Empty for a public client (PKCE alone), and in the processes that sign nobody in (the
+        # Celery workers mount no client secret, docs/deploy.md).
+        "secret": env_secret(var("CLIENT_SECRET")),
         "settings": {
             "server_url": server_url,
             "oauth_pkce_enabled": True,

@@ -57,7 +57,7 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 class SamlIdP:
     """The identity provider: `start()`, `trust_sp(metadata_xml)`, then sign-ins; `stop()`."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, port: int = 0) -> None:
         self.folder = folder
         self.users: dict[str, IdPUser] = {}
         self.fault: str | None = None
@@ -66,7 +66,7 @@ class SamlIdP:
         self._lock = threading.Lock()
         self._httpd = None
         with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
+            probe.bind(("127.0.0.1", port))
             self.port = probe.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
         self.entity_id = self.base + "/metadata"

@@ -63,14 +63,14 @@ def scanner(name: str) -> Path:
     return program
 
 
-def render() -> str:
-    """deploy/k8s as `kubectl kustomize` renders it."""
+def render(kustomization: Path = KUSTOMIZATION) -> str:
+    """deploy/k8s (or an overlay of it) as `kubectl kustomize` renders it."""
     # The machine's kubectl, else the one .ci/run installs into the venv where the machine has none.
     kubectl = shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))
     if kubectl is None:
         missing("kubectl", "it renders deploy/k8s (`kubectl kustomize`); .ci/run installs it")
     result = subprocess.run(
-        [kubectl, "kustomize", str(KUSTOMIZATION)], capture_output=True, text=True, timeout=120
+        [kubectl, "kustomize", str(kustomization)], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
