@@ -9,9 +9,19 @@ provider that does not check it (docs/security.md)."""
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialLogin
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+
+
+def vouched_for(sociallogin: SocialLogin, address) -> bool:
+    """Whether the provider vouches for this e-mail address: OpenID Connect's `email_verified`;
+    for SAML, which has no such flag, the provider's configuration (`emails_trusted`)."""
+    provider = settings.SSO_PROVIDERS.get(sociallogin.account.provider, {})
+    if provider.get("protocol") == "saml":
+        return bool(provider.get("emails_trusted"))
+    return bool(address.verified)
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):
@@ -27,7 +37,7 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         matches = {user for email in addresses for user in users.filter(email__iexact=email)}
         if not matches:
             return
-        verified = [user for user in matches if addresses[user.email.casefold()].verified]
+        verified = [user for user in matches if vouched_for(sociallogin, addresses[user.email.casefold()])]
         if len(matches) == 1 and verified:
             sociallogin.connect(request, verified[0])
             return

@@ -6,4 +6,4 @@ class SsoConfig(AppConfig):
     verbose_name = "Single sign-on"
 
     def ready(self) -> None:
-        from sso import signin  # noqa: F401 - connects the sign-in receivers
+        from sso import checks, signin  # noqa: F401 - registers the checks, connects the receivers

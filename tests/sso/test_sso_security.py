@@ -181,3 +181,13 @@ def test_the_login_throttle_still_guards_the_break_glass_account(sso_only, setti
     for _ in range(settings.LOGIN_FAILURES_PER_USERNAME):
         assert log_in("root-admin", "wrong").status_code == 200
     assert log_in("root-admin", "pw-glass-123").status_code == 429
+
+
+def test_sso_only_without_a_provider_stops_the_checks(settings):
+    from sso.checks import check_sso_only
+
+    settings.SSO_ONLY, settings.SSO_PROVIDERS, settings.SSO_BREAK_GLASS_USER = True, {}, ""
+    assert {problem.id for problem in check_sso_only(None)} == {"sso.E001", "sso.W001"}
+    settings.SSO_PROVIDERS = {"idp": {"protocol": "oidc"}}
+    settings.SSO_BREAK_GLASS_USER = "root-admin"
+    assert check_sso_only(None) == []
