@@ -141,13 +141,21 @@ dev:
 try-sso: install-dev
 	$(BIN)/python -m tests.support.oidc_provider.demo
 
-# The browser tests drive Debian's Chromium and the topology tests Debian's nginx: installed here as
+# The same with the test suite's SAML identity provider (pysaml2, tests/support/saml_idp.py) on
+# port 8401; it signs with Debian's xmlsec1.
+.PHONY: try-saml
+try-saml: install-dev system-packages
+	$(BIN)/python -m tests.support.saml_demo
+
+# The browser tests drive Debian's Chromium, the topology tests Debian's nginx, and the SAML tests'
+# identity provider signs with Debian's xmlsec1: installed here as
 # root where missing, else `make test` stops with the command to run. Nothing is skipped.
 .PHONY: system-packages
 system-packages:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v nginx >/dev/null 2>&1 || missing="$$missing nginx"; \
+	command -v xmlsec1 >/dev/null 2>&1 || missing="$$missing xmlsec1"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" != 0 ]; then echo "make test needs:$$missing. Run: sudo apt-get install$$missing"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

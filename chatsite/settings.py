@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from chatsite import signon
+from chatsite import signon, signon_saml
 from chatsite.env import (
     env_bool,
     env_choice,
@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    "allauth.socialaccount.providers.saml",
     "sso",
     "chatsite",
 ]
@@ -520,7 +521,8 @@ for _proxy in TRUSTED_PROXIES:
         ) from None
 
 # Single sign-on (sso/, docs/configuration.md "Single sign-on"): OpenID Connect providers from
-# SSO_OIDC_PROVIDERS and their SSO_OIDC_<ID>_* variables (chatsite/signon.py), through django-allauth.
+# SSO_OIDC_PROVIDERS and their SSO_OIDC_<ID>_* variables (chatsite/signon.py), SAML 2.0 providers from
+# SSO_SAML_PROVIDERS and their SSO_SAML_<ID>_* variables (chatsite/signon_saml.py), through django-allauth.
 # Provider group name -> Django group name, for every provider without a map of its own.
 SSO_GROUP_MAP = signon.group_map("SSO_GROUP_MAP", {})
 # Django groups whose members are staff (bulk jobs, the admin); staff status a sign-in gave goes
@@ -528,6 +530,12 @@ SSO_GROUP_MAP = signon.group_map("SSO_GROUP_MAP", {})
 SSO_STAFF_GROUPS = env_list("SSO_STAFF_GROUPS", [])
 # Every provider by its id: protocol ("oidc" or "saml"), name, groups claim, group map, ...
 SSO_PROVIDERS, _OIDC_APPS = signon.oidc_providers(SSO_GROUP_MAP)
+_SAML_PROVIDERS, _SAML_APPS = signon_saml.saml_providers(SSO_GROUP_MAP)
+if _both := sorted(set(SSO_PROVIDERS) & set(_SAML_PROVIDERS)):
+    raise ImproperlyConfigured(
+        f"SSO_OIDC_PROVIDERS and SSO_SAML_PROVIDERS both name {_both}: ids are one namespace"
+    )
+SSO_PROVIDERS.update(_SAML_PROVIDERS)
 # Local passwords off for everyone but the break-glass staff account (sso.backends).
 SSO_ONLY = env_bool("SSO_ONLY", False)
 SSO_BREAK_GLASS_USER = env_str("SSO_BREAK_GLASS_USER", "")
@@ -542,7 +550,8 @@ SOCIALACCOUNT_PROVIDERS = {
         "provider_class": "sso.oidc.StrictProvider",
         "OAUTH_PKCE_ENABLED": True,
         "APPS": _OIDC_APPS,
-    }
+    },
+    "saml": {"provider_class": "sso.saml.StrictSAMLProvider", "APPS": _SAML_APPS},
 }
 SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_LOGIN_ON_GET = False
@@ -557,6 +566,7 @@ ACCOUNT_UNIQUE_EMAIL = False
 # must be a form's allowed target too.
 CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += sorted(
     {signon.origin(provider["server_url"]) for provider in SSO_PROVIDERS.values() if "server_url" in provider}
+    | {provider["sso_origin"] for provider in SSO_PROVIDERS.values() if "sso_origin" in provider}
 )
 
 # Knowledge: collections, their indexing and retrieval (knowledge/, docs/knowledge.md); the embedding

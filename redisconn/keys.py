@@ -4,7 +4,7 @@ chat:  written by the web tier (chat/); the bulk runner reads CHAT_ACTIVE to giv
 inference:  written by the engine's supervisor (runinference), read by the web tier.
 jobs:  written and read by bulk job runners (jobs/).
 monitoring:  the dashboard's history, written by a Celery task beat queues (monitoring.history).
-sso:  back-channel logout tokens already taken (sso.backchannel).
+sso:  back-channel logout tokens and SAML assertions already taken (sso.backchannel, sso.saml).
 Rate limits are kept by the `limits` package under its own prefix, in these namespaces.
 """
 
@@ -97,3 +97,8 @@ def knowledge_indexer(collection_id: int) -> str:
 def sso_logout_token(provider_id: str, jti: str) -> str:
     """A back-channel logout token already taken (sso.backchannel), until it expires."""
     return f"sso:logout-token:{provider_id}:{hashlib.sha256(jti.encode()).hexdigest()}"
+
+
+def sso_saml_assertion(provider_id: str, assertion_id: str) -> str:
+    """A SAML assertion already taken (sso.saml), until it expires."""
+    return f"sso:saml-assertion:{provider_id}:{hashlib.sha256(assertion_id.encode()).hexdigest()}"

@@ -16,7 +16,8 @@ def read_by_the_product() -> set[str]:
     # The settings, the readers they share with deploy/, and the web process's entry point (read
     # before daphne starts).
     python = "".join(
-        (ROOT / "chatsite" / name).read_text() for name in ("settings.py", "env.py", "daphne.py", "signon.py")
+        (ROOT / "chatsite" / name).read_text()
+        for name in ("settings.py", "env.py", "daphne.py", "signon.py", "signon_saml.py")
     )
     names = set(re.findall(r'env_(?:str|int|float|bool|list|choice|secret)\(\s*"([A-Z0-9_]+)"', python))
     # Single sign-on's readers of a provider list and a group map (chatsite/signon.py).
@@ -35,3 +36,10 @@ def test_it_documents_every_variable_the_product_reads():
 
 def test_it_documents_no_variable_the_product_does_not_read():
     assert documented() - read_by_the_product() == set()
+
+
+def test_it_documents_each_saml_providers_own_variables():
+    code = (ROOT / "chatsite" / "signon_saml.py").read_text()
+    read = set(re.findall(r'var\("([A-Z0-9_]+)"\)', code))
+    read |= {f"{name}_FILE" for name in re.findall(r'env_secret\(var\("([A-Z0-9_]+)"\)', code)}
+    assert read == set(re.findall(r"`SSO_SAML_<ID>_([A-Z0-9_]+)`", DOC))

@@ -19,6 +19,7 @@ DEV_ONLY = {
     "pyyaml",
     "websockets",
     "django-oauth-toolkit",
+    "pysaml2",
 }
 # The import names of the development packages.
 DEV_IMPORTS = {
@@ -32,6 +33,7 @@ DEV_IMPORTS = {
     "yaml",
     "websockets",
     "oauth2_provider",
+    "saml2",
 }
 NOT_SHIPPED = {"tests", "bench", ".venv", ".venv-tools", "var"}
 
