@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from conversations.models import Conversation, Message, StoredCompletion
 from conversations.services import title_from
+from httpkit.pages import cursor_page
 
 
 @transaction.atomic
@@ -96,14 +97,15 @@ def stored_completion_list(
         completions = completions.annotate(**{f"meta_{index}": KeyTransform(key, "metadata")}).filter(
             **{f"meta_{index}": value}
         )
-    descending = order == "desc"
-    if after:
-        mark = _visible(user, everyone).filter(completion_id=after).values_list("pk", flat=True).first()
-        if mark is None:
-            raise LookupError(after)
-        completions = completions.filter(**{"pk__lt" if descending else "pk__gt": mark})
-    rows = list(completions.order_by("-pk" if descending else "pk")[: limit + 1])
-    return Page(rows[:limit], len(rows) > limit)
+    rows, more = cursor_page(
+        completions,
+        visible=_visible(user, everyone),
+        key="completion_id",
+        after=after,
+        limit=limit,
+        descending=order == "desc",
+    )
+    return Page(rows, more)
 
 
 def stored_completion_get(

@@ -95,7 +95,12 @@ def stored(owner, *, metadata=None, text="Hello") -> str:
     ],
 )
 def test_it_refuses_metadata_past_openais_bounds(alice, metadata, message):
-    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "store": True, "metadata": metadata}
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "store": True,
+        "metadata": metadata,
+    }
     response = Client().post(
         "/v1/chat/completions", body, content_type="application/json", headers=bearer(alice, "openai")
     )
@@ -137,9 +142,12 @@ def test_a_staff_key_with_store_read_reads_everyones_and_each_read_is_recorded(a
     # Reading is not changing: the owner's exchange is not the staff key's to delete.
     assert Client().delete(f"/v1/chat/completions/{theirs}", headers=reading_all).status_code == 404
     # A store.read key of a user without the permission sees its own only.
-    assert Client().get("/v1/chat/completions", headers=bearer(bob, "openai", "store.read")).json()[
-        "data"
-    ][0]["id"] != theirs
+    assert (
+        Client()
+        .get("/v1/chat/completions", headers=bearer(bob, "openai", "store.read"))
+        .json()["data"][0]["id"]
+        != theirs
+    )
 
 
 def test_deleting_the_conversation_in_the_chat_deletes_the_stored_completion(alice):
