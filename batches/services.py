@@ -14,6 +14,7 @@ from django.core.files import File as DjangoFile
 from django.db import transaction
 from django.utils import timezone
 
+import redisconn
 from batches import files, selectors
 from batches.models import Batch, File
 from batches.protocol import error_line, output_line
@@ -21,12 +22,19 @@ from batches.validation import Malformed, documents_from_file
 from httpkit.errors import Refusal
 from jobs.models import Document, Job
 from jobs.services import job_cancel, job_start
+from redisconn import keys
 
 WINDOW = timedelta(hours=24)
 LEFT = {
     Batch.Status.CANCELLING: ("batch_cancelled", "The batch was cancelled before this request ran."),
     Batch.Status.EXPIRED: ("batch_expired", "The batch's completion window ended before this request ran."),
+    Batch.Status.COMPLETED: ("internal_error", "The request did not run."),
 }
+
+
+def runner_holds(job_id: int) -> bool:
+    """Whether a runner holds the job now (jobs.runner.RunnerLock): its in-flight lines may still end."""
+    return bool(redisconn.sync_client().exists(keys.job_runner_lock(job_id)))
 
 
 def _later(task_name: str, batch_pk: int) -> None:
@@ -143,12 +151,12 @@ def batch_finalize(job_id: int) -> None:
             Batch.Status.EXPIRED
             if batch.expired_at
             else Batch.Status.CANCELLING
-            if batch.cancelling_at
+            if batch.cancelling_at or batch.job.status == Job.Status.CANCELLED
             else Batch.Status.COMPLETED
         )
         batch.status = Batch.Status.FINALIZING
         batch.save(update_fields=["status", "finalizing_at"])
-    left = LEFT.get(ending, ("batch_cancelled", "The batch's job stopped before this request ran."))
+    left = LEFT[ending]
     documents = Document.objects.filter(job_id=job_id).select_related("result").order_by("pk")
     output = _write(
         (
@@ -198,5 +206,6 @@ def batches_sweep() -> None:
         status__in=[Batch.Status.IN_PROGRESS, Batch.Status.FINALIZING, Batch.Status.CANCELLING]
     ).exclude(job__status__in=Job.ACTIVE)
     for job_id in stranded.values_list("job_id", flat=True):
-        batch_finalize(job_id)
+        if not runner_holds(job_id):  # a line answered meanwhile is kept: the next sweep ends it
+            batch_finalize(job_id)
     files.files_expire()

@@ -7,10 +7,8 @@ from django.conf import settings
 from django.db import DatabaseError
 from redis.exceptions import RedisError
 
-import redisconn
 from batches import services
 from batches.models import Batch
-from redisconn import keys
 
 
 @shared_task(
@@ -37,7 +35,7 @@ def batch_validate(batch_pk: int) -> None:
 def batch_finalize_when_stopped(self, batch_pk: int) -> None:
     """Finalize a cancelled batch once no runner holds its job: a line answered meanwhile is kept."""
     job_id = Batch.objects.values_list("job_id", flat=True).get(pk=batch_pk)
-    if redisconn.sync_client().exists(keys.job_runner_lock(job_id)):
+    if services.runner_holds(job_id):
         raise self.retry(countdown=1, max_retries=120)
     services.batch_finalize(job_id)
 

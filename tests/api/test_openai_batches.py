@@ -5,6 +5,7 @@ The openai SDK against the real engine and a real Celery worker: test_openai_bat
 
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -12,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import timezone
 
 from apitokens.services import InvalidScope, token_issue
 from batches import services
@@ -189,3 +191,13 @@ def test_batches_list_newest_first_a_page_at_a_time_and_another_users_read_as_mi
     body = {**body, "completion_window": "1h"}
     response = Client().post("/v1/batches", body, content_type="application/json", headers=headers)
     assert (response.status_code, response.json()["error"]["param"]) == (400, "completion_window")
+
+
+def test_a_batch_past_its_window_expires_keeping_what_ran():
+    headers = bearer(batch_user(), "batch")
+    batch_id, batch = created(headers, jsonl([chat_line(f"l-{i}") for i in range(3)]))
+    Batch.objects.filter(pk=batch.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    services.batches_sweep()  # cancels the job; no runner holds it, so the same sweep ends it
+    shown = Client().get(f"/v1/batches/{batch_id}", headers=headers).json()
+    assert shown["status"] == "expired" and shown["expired_at"]
+    assert {line["error"]["code"] for line in content(headers, shown["error_file_id"])} == {"batch_expired"}
