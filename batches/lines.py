@@ -37,9 +37,11 @@ def line_request(url: str, body: object) -> protocol.ChatCompletionRequest | pro
     return request
 
 
-def line_allowed(user, url: str, request, *, quota: bool = True) -> None:
-    """The owner's access to the line's model, and their quota (Refusal)."""
-    allowed = [settings.EMBEDDING_MODEL_NAME] if url == EMBEDDINGS else models_for(user=user)
+def line_allowed(user, url: str, request, *, quota: bool = True, models: list[str] | None = None) -> None:
+    """The owner's access to the line's model (`models`: theirs, when the caller has read them), and
+    their quota (Refusal)."""
+    chat_models = models_for(user=user) if models is None else models
+    allowed = [settings.EMBEDDING_MODEL_NAME] if url == EMBEDDINGS else chat_models
     if request.model not in allowed:
         raise Refusal("model_not_found", f"The model '{request.model}' does not exist.", param="model")
     if quota:

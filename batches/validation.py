@@ -12,6 +12,7 @@ from django.utils import timezone
 from batches.lines import line_allowed, line_request
 from batches.models import Batch
 from httpkit.errors import Refusal
+from inference.access import models_for
 from jobs.models import Document
 
 # A file's problems listed at most (the first ones), and documents written at once.
@@ -62,6 +63,7 @@ def documents_from_file(batch: Batch, owner: AbstractBaseUser, stream) -> int:
     errors: list[dict] = []
     seen: set[str] = set()
     pending: list[Document] = []
+    models = models_for(user=owner)
     count = 0
     for number, raw in enumerate(stream, start=1):
         if not raw.strip():
@@ -81,7 +83,8 @@ def documents_from_file(batch: Batch, owner: AbstractBaseUser, stream) -> int:
             continue  # the file fails: nothing more is written
         document = Document(job=batch.job, external_id=line["custom_id"], text=orjson.dumps(line).decode())
         try:
-            line_allowed(owner, line["url"], line_request(line["url"], line.get("body")), quota=False)
+            request = line_request(line["url"], line.get("body"))
+            line_allowed(owner, line["url"], request, quota=False, models=models)
         except Refusal as refusal:
             document.status, document.finished_at = Document.Status.FAILED, timezone.now()
             document.error, document.error_code = refusal.detail, refusal.code

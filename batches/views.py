@@ -3,19 +3,24 @@
 permission staff grant per group (apitokens.BATCH_PERMISSION). Another user's ids read as missing.
 Errors are OpenAI's shape (openai_api.http)."""
 
+import asyncio
+from collections.abc import AsyncIterator
+
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import FileResponse, HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 
 from apitokens.models import BATCH_PERMISSION, Scope
 from batches import files, protocol, selectors, services
-from batches.models import Batch
+from batches.models import Batch, File
 from httpkit.errors import Refusal, not_found
 from httpkit.json import read_json
 from openai_api.http import api_user, method, openai_errors, query
 from openai_api.protocol import page
 
+CHUNK = 256 * 1024
 # Room in a multipart body for its boundaries and fields, past the file's own bytes.
 FORM_OVERHEAD = 64 * 1024
 
@@ -98,14 +103,26 @@ async def file_detail(request: HttpRequest, file_id: str) -> JsonResponse:
     return JsonResponse(await sync_to_async(_file_detail)(request, user, file_id))
 
 
+async def _chunks(found: File) -> AsyncIterator[bytes]:
+    # An async iterator: Django's ASGI handler reads a synchronous one (a FileResponse's) whole first.
+    stream = await asyncio.to_thread(found.content.open, "rb")
+    try:
+        while chunk := await asyncio.to_thread(stream.read, CHUNK):
+            yield chunk
+    finally:
+        stream.close()
+
+
 @openai_errors
-async def file_content(request: HttpRequest, file_id: str) -> FileResponse:
-    """`GET /v1/files/{id}/content`: the bytes, streamed from disk."""
+async def file_content(request: HttpRequest, file_id: str) -> StreamingHttpResponse:
+    """`GET /v1/files/{id}/content`: the bytes, streamed from disk a chunk at a time."""
     method(request, "GET")
     user = await _user(request)
     found = await sync_to_async(_owned_file)(user, file_id)
-    stream = await sync_to_async(found.content.open)("rb")
-    return FileResponse(stream, content_type="application/jsonl", filename=found.filename)
+    response = StreamingHttpResponse(_chunks(found), content_type="application/jsonl")
+    response["Content-Length"] = str(found.bytes)
+    response["Content-Disposition"] = content_disposition_header(True, found.filename)
+    return response
 
 
 def _batch_object(batch: Batch) -> dict:

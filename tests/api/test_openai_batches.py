@@ -77,7 +77,11 @@ def run(batch: Batch, engine: FakeEngine) -> None:
 def content(headers: dict, file_id: str) -> list[dict]:
     response = Client().get(f"/v1/files/{file_id}/content", headers=headers)
     assert response.status_code == 200
-    return [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    return [json.loads(line) for line in async_to_sync(joined)(response.streaming_content).splitlines()]
+
+
+async def joined(chunks) -> bytes:
+    return b"".join([chunk async for chunk in chunks])
 
 
 def test_only_the_groups_staff_grant_it_may_hold_the_batch_scope(alice):
@@ -102,9 +106,9 @@ def test_it_keeps_lists_serves_and_deletes_files_for_their_owner_only(settings, 
         "in.jsonl",
     )
     assert file["expires_at"] == file["created_at"] + 3600
-    assert (
-        b"".join(Client().get(f"/v1/files/{file['id']}/content", headers=headers).streaming_content) == data
-    )
+    served = Client().get(f"/v1/files/{file['id']}/content", headers=headers)
+    assert async_to_sync(joined)(served.streaming_content) == data
+    assert served["Content-Disposition"] == 'attachment; filename="in.jsonl"'
     assert [f["id"] for f in Client().get("/v1/files", headers=headers).json()["data"]] == [file["id"]]
     for path in (f"/v1/files/{file['id']}", f"/v1/files/{file['id']}/content"):
         assert Client().get(path, headers=other).status_code == 404
