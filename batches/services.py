@@ -72,7 +72,9 @@ def batch_validate(*, batch_pk: int) -> None:
     """Read the input file into the job's documents and start the job, or fail the batch."""
     with transaction.atomic():
         batch = (
-            Batch.objects.select_for_update().select_related("job", "owner", "input_file").get(pk=batch_pk)
+            Batch.objects.select_for_update(of=("self",))
+            .select_related("job", "owner", "input_file")
+            .get(pk=batch_pk)
         )
         if batch.status != Batch.Status.VALIDATING:
             return
@@ -138,7 +140,9 @@ def _write(lines, name: str, owner, file_name: str) -> File | None:
 def batch_finalize(job_id: int) -> None:
     """Write the output and error files of a batch whose job has ended, and end the batch."""
     with transaction.atomic():
-        batch = Batch.objects.select_for_update().select_related("job").filter(job_id=job_id).first()
+        batch = (
+            Batch.objects.select_for_update(of=("self",)).select_related("job").filter(job_id=job_id).first()
+        )
         if (
             batch is None
             or batch.status in (*Batch.ENDED, Batch.Status.VALIDATING)

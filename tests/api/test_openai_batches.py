@@ -205,3 +205,16 @@ def test_a_batch_past_its_window_expires_keeping_what_ran():
     shown = Client().get(f"/v1/batches/{batch_id}", headers=headers).json()
     assert shown["status"] == "expired" and shown["expired_at"]
     assert {line["error"]["code"] for line in content(headers, shown["error_file_id"])} == {"batch_expired"}
+
+
+def test_a_batch_shows_in_the_admin_beside_the_jobs(client):
+    headers = bearer(batch_user(), "batch")
+    batch_id, batch = created(headers, jsonl([chat_line("a")]))
+    staff = get_user_model().objects.create_superuser(
+        f"admin-{uuid.uuid4().hex[:6]}", password="pw-admin-123456"
+    )
+    client.force_login(staff)
+    jobs = client.get("/admin/jobs/job/?kind=batch").content.decode()
+    assert batch_id in jobs
+    listed = client.get("/admin/batches/batch/").content.decode()
+    assert batch_id in listed and f"/admin/jobs/job/{batch.job_id}/change/" in listed
