@@ -11,6 +11,11 @@ class Scope(models.TextChoices):
     JOBS_SUBMIT = "jobs.submit", "Submit and read bulk jobs"
     OPENAI = "openai", "Call the OpenAI-compatible API (/v1/)"
     KNOWLEDGE = "knowledge", "Read and search collections, upload documents"
+    BATCH = "batch", "Upload files and run batches (/v1/files, /v1/batches)"
+
+
+# The permission that lets a user hold the batch scope; staff give it to groups in the admin.
+BATCH_PERMISSION = "apitokens.use_batch_api"
 
 
 class ApiToken(models.Model):
@@ -23,6 +28,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        permissions = [("use_batch_api", "Can run OpenAI batches (the batch scope of API keys)")]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from apitokens.models import ApiToken, Scope
+from apitokens.models import BATCH_PERMISSION, ApiToken, Scope
 
 TOKEN_PREFIX = "chat"
 
@@ -32,6 +32,8 @@ def token_issue(*, user: AbstractBaseUser, scopes: Iterable[str], name: str = ""
         raise InvalidScope(f"scopes must be some of {Scope.values}, got {scopes}")
     if Scope.JOBS_SUBMIT in scopes and not user.is_staff:
         raise InvalidScope("only staff may hold the jobs.submit scope")
+    if Scope.BATCH in scopes and not user.has_perm(BATCH_PERMISSION):
+        raise InvalidScope("the batch scope is for the groups staff grant it to")
     # A session alone (no password asked) may make keys: a stolen session must not mint them without end.
     held = ApiToken.objects.filter(user=user, revoked_at=None).count()
     if held >= settings.API_KEYS_MAX_PER_USER:

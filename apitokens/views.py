@@ -6,14 +6,15 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from apitokens.models import ApiToken, Scope
+from apitokens.models import BATCH_PERMISSION, ApiToken, Scope
 from apitokens.services import InvalidScope, KeyRefused, token_issue, token_revoke
 
 NAME_LENGTH = 100
 
 
 def _scopes_for(user) -> list[Scope]:
-    return [scope for scope in Scope if scope != Scope.JOBS_SUBMIT or user.is_staff]
+    held = {Scope.JOBS_SUBMIT: user.is_staff, Scope.BATCH: user.has_perm(BATCH_PERMISSION)}
+    return [scope for scope in Scope if held.get(scope, True)]
 
 
 @never_cache

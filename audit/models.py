@@ -11,6 +11,7 @@ class ConversationRead(models.Model):
         STORE_DETAIL = "store_detail", "store API: one conversation"
         ADMIN = "admin", "admin"
         EXPORT = "export", "export_conversations"
+        API = "api", "OpenAI API: stored completions"
 
     # Null for a command run from the shell, which has no user.
     reader = models.ForeignKey(

@@ -9,13 +9,21 @@ asyncio's loop.
 
 Its server is daphne's with the answers' part in it (answers/): once running, it scans for answers
 to take over, and SIGTERM drains it (answers.drain) instead of stopping it at once; a second
-SIGTERM, or SIGINT, stops it at once.
+SIGTERM, or SIGINT, stops it at once. A request's body never sits in its memory whole (a 200 MiB
+upload to /v1/files): twisted keeps it in a temporary file, but would parse a POSTed form into memory
+for daphne, which never reads what it parsed (10 times a multipart body's size, measured), and daphne
+hands the body to Django in 8 KiB messages all queued at once; here the form is left unparsed and the
+messages go through a temporary file of their own (`SpooledBody`). Going out, daphne writes what it is
+sent at once, however slowly the client reads: here a response waits while more than
+`WRITE_BUFFER_BYTES` wait for the client (a streamed download reads no further ahead than that).
 """
 
 import asyncio
 import os
 import signal
 import sys
+import tempfile
+from functools import partial
 
 from chatsite.env import env_choice, env_int
 
@@ -57,9 +65,70 @@ def listening_socket(argv: list[str]) -> list[str]:
     return [*kept[:1], "--fd", str(fd), *kept[1:]]
 
 
+_SPOOLED = object()
+# Bytes a response may have waiting for a slow client before its application's next send waits too.
+WRITE_BUFFER_BYTES = 1024 * 1024
+
+
+def waiting_bytes(transport) -> int:
+    """What a twisted transport holds that the client has not read yet (0 when it cannot tell)."""
+    data = getattr(transport, "dataBuffer", b"")
+    return len(data) - getattr(transport, "offset", 0) + getattr(transport, "_tempDataLen", 0)
+
+
+class SpooledBody(asyncio.Queue):
+    """An application's input queue that keeps a request's body in a temporary file (in memory up to
+    1 MiB): daphne puts every message of a body at once, before the application reads one, and the
+    application gets the body back a chunk at a time. Other messages pass as they are."""
+
+    CHUNK = 64 * 1024
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._body: tempfile.SpooledTemporaryFile | None = None
+        self._size = 0
+        self._reading = False
+
+    def put_nowait(self, message: dict) -> None:
+        spooling = self._body is not None and not self._reading
+        if message.get("type") != "http.request" or not (spooling or message.get("more_body")):
+            super().put_nowait(message)
+            return
+        if self._body is None:
+            self._body = tempfile.SpooledTemporaryFile(max_size=1024 * 1024)
+            super().put_nowait(_SPOOLED)
+        self._body.write(message.get("body", b""))
+        self._size += len(message.get("body", b""))
+
+    async def get(self) -> dict:
+        if not self._reading:
+            message = await super().get()
+            if message is not _SPOOLED:
+                return message
+            self._reading = True
+            self._body.seek(0)
+        chunk = self._body.read(self.CHUNK)
+        more = self._body.tell() < self._size
+        if not more:
+            self._body.close()
+        return {"type": "http.request", "body": chunk, "more_body": more}
+
+
 def server_class():
-    """daphne's Server, draining on SIGTERM and taking over answers while it serves."""
+    """daphne's Server, draining on SIGTERM and taking over answers while it serves, its requests'
+    bodies kept out of memory."""
+    import daphne.server
+    from daphne.http_protocol import HTTPFactory, WebRequest
     from daphne.server import Server, reactor
+
+    class UnparsedFormsFactory(HTTPFactory):
+        def buildProtocol(self, addr):
+            protocol = super().buildProtocol(addr)
+            protocol.requestFactory = partial(WebRequest, parsePOSTFormSubmission=False)
+            return protocol
+
+    # daphne's Server.run makes its factory by this name.
+    daphne.server.HTTPFactory = UnparsedFormsFactory
 
     class AnswersServer(Server):
         def run(self) -> None:
@@ -68,6 +137,36 @@ def server_class():
             self.endpoints = [with_backlog(endpoint) for endpoint in self.endpoints]
             reactor.callWhenRunning(self.serve_answers)
             super().run()
+
+        def create_application(self, protocol, scope):
+            """daphne's, with a SpooledBody for the application's input queue."""
+            assert "application_instance" not in self.connections[protocol]
+            input_queue = SpooledBody()
+            scope.setdefault("asgi", {"version": "3.0"})
+            instance = self.application(
+                scope=scope, receive=input_queue.get, send=partial(self.handle_reply, protocol)
+            )
+            if protocol not in self.connections:
+                return None
+            self.connections[protocol]["application_instance"] = asyncio.ensure_future(
+                instance, loop=asyncio.get_event_loop()
+            )
+            return input_queue
+
+        async def handle_reply(self, protocol, message) -> None:
+            """daphne's, a response's body waiting while its client has more than WRITE_BUFFER_BYTES
+            to read."""
+            await super().handle_reply(protocol, message)
+            if message.get("type") != "http.response.body":
+                return  # sockets' frames are the chat's, bounded by its own limits
+            transport = getattr(protocol, "transport", None)
+            # Twisted's transport tells nothing when its buffer drains: it is read again shortly.
+            while (  # noqa: ASYNC110
+                transport is not None
+                and not getattr(transport, "disconnected", True)
+                and waiting_bytes(transport) > WRITE_BUFFER_BYTES
+            ):
+                await asyncio.sleep(0.005)
 
         def listen_success(self, port) -> None:
             self.ports.append(port)

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "knowledge",
     "chat",
     "openai_api",
+    "batches",
     "monitoring",
     "csp",
     "accounts",
@@ -609,4 +610,20 @@ CELERY_BEAT_SCHEDULE["knowledge-sweep"] = {
     "task": "knowledge.tasks.knowledge_sweep",
     "schedule": KNOWLEDGE_SWEEP_SECONDS,
     "options": {"expires": KNOWLEDGE_SWEEP_SECONDS},
+}
+
+# The OpenAI Batch API (batches/): files uploaded for batches and the batches run as bulk jobs.
+# Where files are kept: on disk, streamed in and out (every web process and bulk worker reads it).
+BATCH_FILES_DIR = Path(env_str("BATCH_FILES_DIR", str(DATA_DIR / "batch-files")))
+# One file's bytes (refused past it, 413) and the requests one batch's file may hold.
+BATCH_FILE_MAX_BYTES = env_int("BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024, minimum=1024)
+BATCH_MAX_REQUESTS = env_int("BATCH_MAX_REQUESTS", 50000, minimum=1)
+# Files whose expiry (`expires_after`) has passed, and batches past their completion window, are
+# swept this often.
+BATCH_SWEEP_SECONDS = env_float("BATCH_SWEEP_SECONDS", 300.0, minimum=1.0)
+CELERY_TASK_ROUTES["batches.tasks.*"] = {"queue": "bulk"}
+CELERY_BEAT_SCHEDULE["batches-sweep"] = {
+    "task": "batches.tasks.batches_sweep",
+    "schedule": BATCH_SWEEP_SECONDS,
+    "options": {"expires": BATCH_SWEEP_SECONDS},
 }

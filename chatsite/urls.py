@@ -15,6 +15,7 @@ urlpatterns = [
     path("", include("monitoring.urls")),
     path("", include("jobs.urls")),
     path("", include("openai_api.urls")),
+    path("", include("batches.urls")),
     path("", include("usage.urls")),
     path("", include("apitokens.urls")),
     path("", include("conversations.urls")),

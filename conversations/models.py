@@ -114,3 +114,27 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} #{self.pk} ({self.status})"
+
+
+class StoredCompletion(models.Model):
+    """An OpenAI-API exchange kept with `store: true`: its answer, under the id the API answered
+    with, and the caller's metadata. `GET /v1/chat/completions` lists these (openai_api.stored);
+    deleting the conversation, from the chat or the API, deletes it."""
+
+    completion_id = models.CharField(max_length=64, unique=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="stored_completions"
+    )
+    answer = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="stored_completion")
+    model_name = models.CharField(max_length=200, blank=True)
+    # At most 16 pairs of strings (openai_api.protocol.Metadata).
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["owner", "id"])]
+
+    def __str__(self) -> str:
+        return self.completion_id

@@ -138,14 +138,15 @@ class DocumentInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "title", "owner", "state", "progress", "created_at"]
-    list_filter = ["status", "preset", "created_at"]
+    list_display = ["id", "title", "kind", "owner", "state", "progress", "created_at"]
+    list_filter = ["status", "kind", "preset", "created_at"]
     search_fields = ["name", "owner__username"]
     list_select_related = ["owner"]
     actions = ["start_jobs", "cancel_jobs", "retry_failed"]
     inlines = [DocumentInline]
     fields = [
         "name",
+        "kind",
         "owner",
         "state",
         "progress",

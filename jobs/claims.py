@@ -125,6 +125,7 @@ def document_complete(*, document_id: int, summary: Summary, duration_ms: float)
                 cached_tokens=summary.cached_tokens,
                 completion_tokens=summary.completion_tokens,
                 duration_ms=duration_ms,
+                body=summary.body,
             )
     except IntegrityError:
         created = False
@@ -147,8 +148,9 @@ def document_complete(*, document_id: int, summary: Summary, duration_ms: float)
     return created
 
 
-def document_fail(*, document_id: int, worker: str, error: str, retryable: bool) -> None:
-    """Record a failed attempt: try again later while attempts remain, else mark it failed."""
+def document_fail(*, document_id: int, worker: str, error: str, retryable: bool, code: str = "") -> None:
+    """Record a failed attempt: try again later while attempts remain, else mark it failed (with
+    the error table's `code`, where the failure has one)."""
     now = timezone.now()
     running = Document.objects.filter(pk=document_id, status=Document.Status.RUNNING, claimed_by=worker)
     if retryable:
@@ -162,7 +164,12 @@ def document_fail(*, document_id: int, worker: str, error: str, retryable: bool)
         )
         error = f"Failed after {settings.BULK_MAX_ATTEMPTS} attempts. {error}"
     running.update(
-        status=Document.Status.FAILED, error=error, claimed_by="", lease_until=None, finished_at=now
+        status=Document.Status.FAILED,
+        error=error,
+        error_code=code,
+        claimed_by="",
+        lease_until=None,
+        finished_at=now,
     )
 
 

@@ -25,7 +25,11 @@ class Job(models.Model):
         CUSTOM = "custom", "Custom instruction"
 
     ACTIVE = (Status.QUEUED, Status.RUNNING)
+    # A summary job's documents are summarized; another kind's lines are run by that kind's code
+    # (jobs.kinds: a batch of the OpenAI API's requests, batches/).
+    SUMMARY = "summary"
 
+    kind = models.CharField(max_length=16, default=SUMMARY, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs")
     name = models.CharField(max_length=200, blank=True)
     preset = models.CharField(max_length=16, choices=Preset.choices, default=Preset.PARAGRAPH)
@@ -68,6 +72,8 @@ class Document(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    # The error table's code of a failure a client reads (httpkit.errors), where it has one.
+    error_code = models.CharField(max_length=64, blank=True)
     # Who holds the document while it runs, and until when; an expired lease can be reclaimed.
     claimed_by = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
@@ -96,6 +102,8 @@ class Result(models.Model):
     cached_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.FloatField(default=0)
+    # The response a line of another kind answered with (a batch line's completion), as sent.
+    body = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -26,10 +26,10 @@ from documents.reader import document_text
 from documents.text import DocumentError
 from inference.client import EngineClient, EngineError, EngineProbe
 from inference.engine import engine_probe, new_engine_client
-from jobs import claims, selectors
+from jobs import claims, kinds, selectors
 from jobs.models import Job
 from jobs.shaping import LoadProbe, Shaper
-from jobs.summarize import Summarizer, cache_salt_for_owner
+from jobs.summarize import Summarizer, Summary, cache_salt_for_owner
 from redisconn import keys
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class JobRunner:
             context_window=settings.INFERENCE_MAX_MODEL_LEN,
             cache_salt=cache_salt_for_owner(job.owner_id),
         )
+        # A job of another kind runs its lines with that kind's code (jobs.kinds).
+        self._lines = None if job.kind == Job.SUMMARY else kinds.KINDS[job.kind].lines(job.owner_id, engine)
         # Started tasks in start order, so preemption takes the newest.
         self._inflight: dict[asyncio.Task, claims.Claim] = {}
         self._preempted: set[asyncio.Task] = set()
@@ -199,15 +201,7 @@ class JobRunner:
     async def _process(self, claim: claims.Claim) -> None:
         started = time.monotonic()
         try:
-            text = claim.text
-            if not text and claim.source is not None:
-                text = await document_text(claim.source, claim.format)
-                await database_sync_to_async(claims.document_set_text)(
-                    document_id=claim.document_id, text=text
-                )
-            summary = await self._summarizer.summarize(
-                text, request_id=f"job-{self.job_id}-doc-{claim.document_id}-a{claim.attempt}"
-            )
+            summary = await (self._lines(claim) if self._lines else self._summary(claim))
         except asyncio.CancelledError:
             # Preempted, cancelled job, or the run is ending: the attempt does not count.
             await database_sync_to_async(claims.document_release)(
@@ -216,12 +210,17 @@ class JobRunner:
             raise
         except DocumentError as exc:
             await self._fail(claim, str(exc), retryable=False)
+        except kinds.LineRefused as exc:
+            await self._fail(claim, exc.message, retryable=False, code=exc.code)
         except EngineError as exc:
             if exc.code == ENGINE_DOWN:
                 await self._wait_for_engine(claim, exc)
             else:
                 await self._fail(
-                    claim, f"{exc.code}: {exc.detail}", retryable=exc.code not in PERMANENT_CODES
+                    claim,
+                    f"{exc.code}: {exc.detail}",
+                    retryable=exc.code not in PERMANENT_CODES,
+                    code=exc.code,
                 )
         except Exception as exc:
             log.exception("document %s of job %s failed", claim.document_id, self.job_id)
@@ -231,6 +230,15 @@ class JobRunner:
             await database_sync_to_async(claims.document_complete)(
                 document_id=claim.document_id, summary=summary, duration_ms=duration_ms
             )
+
+    async def _summary(self, claim: claims.Claim) -> Summary:
+        text = claim.text
+        if not text and claim.source is not None:
+            text = await document_text(claim.source, claim.format)
+            await database_sync_to_async(claims.document_set_text)(document_id=claim.document_id, text=text)
+        return await self._summarizer.summarize(
+            text, request_id=f"job-{self.job_id}-doc-{claim.document_id}-a{claim.attempt}"
+        )
 
     async def _wait_for_engine(self, claim: claims.Claim, exc: EngineError) -> None:
         """The engine is down or restarting: the document goes back without using an attempt,
@@ -248,10 +256,10 @@ class JobRunner:
             document_id=claim.document_id, worker=self.worker
         )
 
-    async def _fail(self, claim: claims.Claim, error: str, *, retryable: bool) -> None:
+    async def _fail(self, claim: claims.Claim, error: str, *, retryable: bool, code: str = "") -> None:
         log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)
         await database_sync_to_async(claims.document_fail)(
-            document_id=claim.document_id, worker=self.worker, error=error, retryable=retryable
+            document_id=claim.document_id, worker=self.worker, error=error, retryable=retryable, code=code
         )
 
 
@@ -308,4 +316,6 @@ async def run_job(
     if outcome == "finished":
         final = await database_sync_to_async(claims.job_finish)(job_id=job_id)
         log.info("job %s finished: %s (peak %s in flight)", job_id, final, runner.peak_inflight)
+    if outcome in ("finished", "cancelled") and job.kind != Job.SUMMARY:
+        await database_sync_to_async(kinds.KINDS[job.kind].ended)(job_id)
     return outcome

@@ -110,7 +110,8 @@ def job_create(
 def job_start(*, job: Job) -> Job:
     """Queue a draft or cancelled job; its cancelled documents run again, finished ones are kept."""
     job = Job.objects.select_for_update().get(pk=job.pk)
-    if job.status in Job.ACTIVE:
+    # Another kind's job starts once, from its draft: its kind's code reports how it ended (jobs.kinds).
+    if job.status in Job.ACTIVE or (job.kind != Job.SUMMARY and job.status != Job.Status.DRAFT):
         return job
     job.documents.filter(status=Document.Status.CANCELLED).update(status=Document.Status.PENDING)
     job.status = Job.Status.QUEUED
@@ -141,6 +142,8 @@ def job_cancel(*, job: Job) -> Job:
 def job_retry_failed(*, job: Job) -> int:
     """Run the failed documents again with fresh attempts; those refused at upload stay failed."""
     job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.kind != Job.SUMMARY:
+        return 0
     retried = (
         job.documents.filter(status=Document.Status.FAILED)
         .filter(~Q(text="") | Q(source__isnull=False))

@@ -44,6 +44,8 @@ class Summary:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    # A line of another kind (jobs.kinds): the response it answered with.
+    body: dict | None = None
 
     def add(self, completion: Completion) -> None:
         self.engine_calls += 1

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from django.conf import settings
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     StrictBool,
@@ -45,7 +46,9 @@ UNSUPPORTED = {
     "web_search_options": None,
 }
 # Fields accepted and not acted on: they change nothing in the answer.
-IGNORED = {"user", "metadata", "service_tier", "parallel_tool_calls", "n"}
+IGNORED = {"user", "service_tier", "parallel_tool_calls", "n"}
+# OpenAI's bounds on `metadata`: pairs, and characters of a key and of a value.
+METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
 
 
 def error_body(refusal: Refusal) -> dict:
@@ -95,6 +98,31 @@ class ChatMessage(Input):
         raise refuse("invalid_field", "'content' must be a string or a list of text parts")
 
 
+def _metadata(value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(key, str) and isinstance(text, str) for key, text in value.items()
+    ):
+        raise refuse("invalid_field", "'metadata' must be an object whose values are strings")
+    if len(value) > METADATA_PAIRS:
+        raise refuse("invalid_field", f"'metadata' holds at most {METADATA_PAIRS} pairs")
+    if any(len(key) > METADATA_KEY_CHARS for key in value):
+        raise refuse("invalid_field", f"a 'metadata' key is at most {METADATA_KEY_CHARS} characters")
+    if any(len(text) > METADATA_VALUE_CHARS for text in value.values()):
+        raise refuse("invalid_field", f"a 'metadata' value is at most {METADATA_VALUE_CHARS} characters")
+    return value
+
+
+# Up to 16 pairs of strings, kept with a stored completion or a batch.
+Metadata = Annotated[Any, AfterValidator(_metadata)]
+
+
+class MetadataUpdate(Input):
+    """A `POST /v1/chat/completions/{id}` body: the metadata that replaces the stored one."""
+
+    names_param = True
+    metadata: Annotated[Metadata, null_is(dict)]
+
+
 Flag = Annotated[StrictBool, null_is(False), Field(description="'{param}' must be true or false")]
 TokenLimit = Annotated[
     MaxTokens, Field(description="'{param}' must be an integer from 1 to {CHAT_MAX_TOKENS_LIMIT}")
@@ -133,6 +161,8 @@ class ChatCompletionRequest(Input):
         description="'temperature' must be a number from 0 to 2",
     )
     store: Flag = False
+    # Kept with the exchange when it is stored.
+    metadata: Annotated[Metadata, null_is(dict)] = Field(default_factory=dict)
     # vLLM's extension: no end of text before this many tokens.
     min_tokens: Annotated[MinTokens, null_is(0)] = Field(
         0, description="'min_tokens' must be an integer from 0 to {CHAT_MAX_TOKENS_LIMIT}"
@@ -267,7 +297,41 @@ def embeddings(*, vectors: list[list[float]], model: str, prompt_tokens: int, en
     }
 
 
+class CursorQuery(Input):
+    """A list's query: `after` an id of the previous page's last item, `limit` items (1 to 100),
+    `order` by creation; `model` and `metadata[KEY]=VALUE` filter the stored completions."""
+
+    names_param = True
+    after: StrictStr | None = None
+    limit: Annotated[int, Field(ge=1, le=100, description="'limit' must be an integer from 1 to 100")] = 20
+    order: Annotated[str, Field(pattern="^(asc|desc)$", description="'order' must be asc or desc")] = "asc"
+    model: StrictStr | None = None
+    metadata: Metadata = Field(default_factory=dict)
+
+
+def cursor_query(query: dict[str, str]) -> CursorQuery:
+    """Check a list's query string (its values as sent; `metadata[KEY]` collected as one object)."""
+    data: dict[str, Any] = {"metadata": {}}
+    for name, value in query.items():
+        if name.startswith("metadata[") and name.endswith("]"):
+            data["metadata"][name[len("metadata[") : -1]] = value
+        else:
+            data[name] = value
+    return checked(CursorQuery, data)
+
+
 # Building responses.
+
+
+def page(data: list[dict], *, has_more: bool) -> dict:
+    """A list in OpenAI's cursor shape: the next page starts `after` its `last_id`."""
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
 
 
 def completion_id() -> str:

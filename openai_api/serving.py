@@ -134,6 +134,8 @@ class ApiAnswer(AnswerRun):
                 messages=self.chat.messages,
                 model_name=self.chat.model,
                 answer={**answer, "content": "".join(self.parts)},
+                completion_id=self.id,
+                metadata=self.chat.metadata,
             )
 
 
@@ -147,7 +149,7 @@ async def answer_start(
     lease = await admission.admit_answer(r, user_id=user.pk)
     answer_id = protocol.completion_id()
     # What a process that finds it dead needs to record it.
-    stored = {"messages": chat.messages, "model": chat.model}
+    stored = {"messages": chat.messages, "model": chat.model, "metadata": chat.metadata}
     record = {"store": orjson.dumps(stored).decode()} if chat.store else {}
     async with r.pipeline(transaction=True) as pipe:
         owner = ownership.register_in(
@@ -188,6 +190,8 @@ def abandoned_record(claim: ownership.Claim, record: dict[str, str]) -> None:
             user=get_user_model().objects.get(pk=claim.user_id),
             messages=request["messages"],
             model_name=request["model"],
+            completion_id=claim.answer.removeprefix(ownership.API_PREFIX),
+            metadata=request.get("metadata"),
             answer={
                 "content": record.get("content", ""),
                 "status": "interrupted",

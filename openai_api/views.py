@@ -3,87 +3,49 @@
 `openai` scope. Errors are OpenAI's shape with its statuses (docs/openai-api.md)."""
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from functools import wraps
+from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
-from apitokens.auth import TokenRefused, bearer_token, token_user
-from apitokens.models import Scope
-from httpkit.errors import Refusal, busy, unauthenticated
-from httpkit.json import error_response, read_json
+from httpkit.errors import Refusal, busy
+from httpkit.json import read_json
 from httpkit.sse import event_stream, sse_event
 from inference.access import models_for
 from inference.client import Completion, EngineError, TextDelta
 from inference.engine import embedding_client, engine_client
-from openai_api import protocol, serving
+from openai_api import protocol, serving, stored
+from openai_api.http import api_user, checked_model, method, openai_errors
 from usage.models import UsageDay
 from usage.services import usage_check, usage_record
 
 
-def openai_errors(view: Callable) -> Callable:
-    """Answer what a view refuses in OpenAI's shape, with the status of its code."""
-
-    @wraps(view)
-    async def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        try:
-            return await view(request, *args, **kwargs)
-        except Refusal as refusal:
-            return error_response(refusal, protocol.error_body(refusal))
-
-    return csrf_exempt(wrapper)
-
-
-async def _api_user(request: HttpRequest) -> AbstractBaseUser:
-    raw = bearer_token(request)
-    if not raw:
-        raise unauthenticated("Send your API key as 'Authorization: Bearer KEY'.")
-    try:
-        return await sync_to_async(token_user)(raw, Scope.OPENAI)
-    except TokenRefused as refused:
-        if refused.reason == "missing_scope":
-            raise Refusal("forbidden", "This API key lacks the 'openai' scope.") from None
-        raise unauthenticated("Incorrect, revoked or expired API key.") from None
-
-
-def _method(request: HttpRequest, allowed: str) -> None:
-    if request.method != allowed:
-        raise Refusal("method_not_allowed", f"use {allowed}")
-
-
-async def _checked_model(user: AbstractBaseUser, name: str) -> str:
-    if name not in await sync_to_async(models_for)(user=user):
-        detail = f"The model '{name}' does not exist (GET /v1/models)."
-        raise Refusal("model_not_found", detail, param="model")
-    return name
-
-
 @openai_errors
 async def models(request: HttpRequest) -> JsonResponse:
-    _method(request, "GET")
-    user = await _api_user(request)
+    method(request, "GET")
+    user = await api_user(request)
     names = await sync_to_async(models_for)(user=user)
     return JsonResponse({"object": "list", "data": [protocol.model_entry(name) for name in names]})
 
 
 @openai_errors
 async def model(request: HttpRequest, name: str) -> JsonResponse:
-    _method(request, "GET")
-    user = await _api_user(request)
-    return JsonResponse(protocol.model_entry(await _checked_model(user, name)))
+    method(request, "GET")
+    user = await api_user(request)
+    return JsonResponse(protocol.model_entry(await checked_model(user, name)))
 
 
 @openai_errors
 async def chat_completions(request: HttpRequest) -> HttpResponse:
-    """Answer a conversation the client sends whole, as one JSON completion or as SSE chunks."""
-    _method(request, "POST")
-    user = await _api_user(request)
+    """Answer a conversation the client sends whole, as one JSON completion or as SSE chunks; a GET
+    lists the stored completions (openai_api.stored)."""
+    if request.method == "GET":
+        return await stored.completion_list(request)
+    method(request, "POST")
+    user = await api_user(request)
     chat = protocol.chat_completion_request(read_json(request, max_bytes=settings.API_MAX_REQUEST_BYTES))
-    await _checked_model(user, chat.model)
+    await checked_model(user, chat.model)
     answer = await serving.answer_start(user=user, chat=chat, engine=engine_client())
     try:
         first = await answer.events.get()
@@ -117,8 +79,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 @openai_errors
 async def embeddings(request: HttpRequest) -> JsonResponse:
     """The vectors of the texts the client sends, from the embedding engine, counted in its usage."""
-    _method(request, "POST")
-    user = await _api_user(request)
+    method(request, "POST")
+    user = await api_user(request)
     asked = protocol.embedding_request(read_json(request, max_bytes=settings.API_MAX_REQUEST_BYTES))
     if asked.model != settings.EMBEDDING_MODEL_NAME:
         detail = f"The model '{asked.model}' does not exist; the embedding model is "

@@ -203,7 +203,9 @@ async def test_it_needs_a_live_key_with_the_openai_scope(alice, monkeypatch):
     await sync_to_async(token_revoke)(prefix=token.prefix)
     assert (await post(ask(), {"Authorization": f"Bearer {plain}"})).status_code == 401
     assert engine.requests == []
-    assert (await session.get("/v1/chat/completions")).status_code == 405
+    # A GET lists the stored completions, by key too.
+    assert (await session.get("/v1/chat/completions")).status_code == 401
+    assert (await session.put("/v1/chat/completions")).status_code == 405
 
 
 async def test_it_lists_the_served_models(alice, monkeypatch):

@@ -31,6 +31,8 @@ FLOORS: list[tuple[str, ...]] = [
     # The surfaces: the chat, bulk summarization, the OpenAI-compatible API (which stores its
     # exchanges in the conversation store).
     ("chat", "jobs", "openai_api"),
+    # The OpenAI Batch API: its files, and batches run as bulk jobs of the API's requests.
+    ("batches",),
     # Monitoring reads every room.
     ("monitoring",),
     # Wiring: the project's configuration and its web process.

@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class BatchesConfig(AppConfig):
+    name = "batches"
+    verbose_name = "OpenAI batches"
+
+    def ready(self) -> None:
+        from batches import lines, services
+        from jobs import kinds
+
+        # A batch's lines run as a bulk job's documents (jobs.runner), and its files are written
+        # when the job ends.
+        kinds.KINDS["batch"] = kinds.Kind(lines=lines.line_runner, ended=services.batch_finalize)
