@@ -10,7 +10,9 @@ answer): commands a frame, a token, and by command. CPU seconds from the process
 count only what that process ran, so they shift less than wall time when other work shares the
 host; they still grow somewhat with cache and scheduler contention.
 
-    python -m bench.bench_chat_path [--users 32] [--tokens 256] [--pace 0.02] [--tabs 1] [--rounds 3]
+Targets (issue 43): at most 1.5 Redis commands a frame, fewer a token.
+
+    python -m bench.bench_chat_path [--quick] [--users 32] [--tokens 256] [--pace 0.02] [--tabs 1]
 """
 
 import asyncio
@@ -99,16 +101,22 @@ async def round_(base_url: str, cookies: list[str], tabs: int, redis_url: str, p
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parser():
     cli = arguments(__doc__.splitlines()[0])
     cli.add_argument("--users", type=int, default=32)
     cli.add_argument("--tokens", type=int, default=256)
     cli.add_argument("--pace", type=float, default=0.02, help="seconds between one answer's tokens")
     cli.add_argument("--tabs", type=int, default=1, help="sockets following each answer")
-    cli.add_argument("--rounds", type=int, default=3)
+    cli.add_argument("--rounds", type=int, default=3, help="rounds measured (quick: 1)")
     cli.add_argument("--profile", action="store_true", help="py-spy over one more round: its top frames")
     cli.add_argument("--label", default="", help="saved as chat_path-LABEL.json")
-    options = cli.parse_args(argv)
+    return cli
+
+
+def main(argv: list[str] | None = None) -> dict:
+    options = parser().parse_args(argv)
+    if options.quick:
+        options.rounds = 1
     redis_url = settings.REDIS_URL
     rounds = []
     with redis_serving(redis_url, bundled=True), FastEngineProcess(options.pace) as engine:
