@@ -24,7 +24,9 @@ from redis.exceptions import NoScriptError, RedisError
 import redisconn
 from answers import ownership
 from answers.ownership import Claim
+from chat import stream_reads
 from chat.protocol import TERMINAL
+from chat.stream_reads import Frame
 from eventloops import PerLoop
 from redisconn import keys
 
@@ -67,21 +69,6 @@ async def open_stream(r: aioredis.Redis, message_id: int, *, user_id: int, lease
         owner = ownership.register_in(pipe, message_id, user_id=user_id, lease=lease)
         await pipe.execute()
     return owner
-
-
-class Frame(dict):
-    """A frame as its reader yields it, with its JSON text (`text`): encoded once, by its writer or
-    as Redis holds it, and sent to every socket as it is."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, frame: dict, text: str) -> None:
-        super().__init__(frame)
-        self.text = text
-
-    @classmethod
-    def encoded(cls, frame: dict) -> "Frame":
-        return cls(frame, orjson.dumps(frame).decode())
 
 
 Written = Callable[[int], None]
@@ -218,8 +205,6 @@ async def written(r: aioredis.Redis, message_id: int) -> list[dict] | None:
 
 
 Quiet = Callable[[], Awaitable[dict | None]]
-# How long a follower waits for a Redis that went away before it gives up (a restart takes seconds).
-REDIS_AWAY_SECONDS = 30.0
 
 
 async def follow(
@@ -230,42 +215,31 @@ async def follow(
     After each CHAT_STREAM_BLOCK_SECONDS without a frame, `quiet` says whether to go on waiting
     (None) or how the answer ended (a closing frame, yielded last). Without it, ends without a
     closing frame only if the stream disappears (expired, or never written)."""
-    key = keys.chat_stream(message_id)
-    last = _entry_id(after)
-    block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
-    loop, lost = asyncio.get_running_loop(), None
-    while True:
-        try:
-            result = await r.xread({key: last}, block=block_ms, count=256)
-        except (RedisError, OSError):
-            # A Redis restart: read on from where it left off once it is back, for a while.
-            redisconn.raise_if_cancelled()
-            lost = lost or loop.time()
-            if loop.time() - lost > REDIS_AWAY_SECONDS:
-                raise
-            await asyncio.sleep(0.5)
-            continue
-        lost = None
-        redisconn.raise_if_cancelled()  # a follower whose reader left ends here
-        if not result:
-            if quiet is not None:
-                if (ending := await quiet()) is not None:
-                    yield ending
+    reader = stream_reads.Reader(keys.chat_stream(message_id), _entry_id(after))
+    reads = stream_reads.reads()
+    reads.add(reader)
+    try:
+        while True:
+            got = await stream_reads.entries(reader, settings.CHAT_STREAM_BLOCK_SECONDS)
+            redisconn.raise_if_cancelled()  # a follower whose reader left ends here
+            if got is None:
+                if quiet is not None:
+                    if (ending := await quiet()) is not None:
+                        yield ending
+                        return
+                elif not await r.exists(reader.key):
                     return
-            elif not await r.exists(key):
-                return
-            continue
-        for entry_id, fields in result[0][1]:
-            last = entry_id
-            # Entries written after a takeover (ids <token>-<n>) all follow `1-<after + 1>`: the
-            # position is the id's second part.
-            if int(entry_id.rpartition(b"-")[2]) <= after + 1:
                 continue
-            text = fields[b"frame"]
-            frame = Frame(orjson.loads(text), text.decode())
-            yield frame
-            if frame["type"] in TERMINAL:
-                return
+            for entry_id, frame in got:
+                # Entries written after a takeover (ids <token>-<n>) all follow `1-<after + 1>`: the
+                # position is the id's second part.
+                if int(entry_id.rpartition(b"-")[2]) <= after + 1:
+                    continue
+                yield frame
+                if frame["type"] in TERMINAL:
+                    return
+    finally:
+        reads.discard(reader)
 
 
 class AnswerFrames:

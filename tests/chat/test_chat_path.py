@@ -143,3 +143,35 @@ async def test_the_frames_of_answers_streaming_together_cost_at_most_one_and_a_h
         written = await streams.written(redis_client(), answer.message_id)
         assert [f["seq"] for f in written[:-1]] == list(range(100)) and written[-1]["type"] == "chat.done"
     assert sum(spent.values()) <= 1.5 * frames, spent
+
+
+async def test_followers_reading_from_redis_share_one_read_and_one_joining_wakes_it(settings):
+    """Ten sockets of another process follow ten answers: their frames come in shared XREADs, and
+    a follower that joins while the read is blocked (for up to a minute here) is read at once."""
+    settings.CHAT_STREAM_BLOCK_SECONDS = 60
+    r = redis_client()
+    answers = list(range(9101, 9111))
+    owners = {m: await streams.open_stream(r, m, user_id=1) for m in answers}
+    followers = [streams.follow(r, m) for m in answers]
+    first = asyncio.ensure_future(anext(followers[0]))
+    await asyncio.sleep(0.2)  # its read is blocked now, on its stream alone
+    before = commands()
+    reading = [first, *(asyncio.ensure_future(anext(f)) for f in followers[1:])]
+    for step in range(30):
+        await asyncio.gather(
+            *(
+                streams.publish(
+                    r, owners[m], step, {"type": "chat.token", "message": m, "seq": step, "text": "x"}
+                )
+                for m in answers
+            )
+        )
+        got = await asyncio.wait_for(asyncio.gather(*reading), 10)  # far less than a blocked read's minute
+        assert [frame["seq"] for frame in got] == [step] * len(answers)
+        reading = [asyncio.ensure_future(anext(f)) for f in followers]
+    for task in reading:
+        task.cancel()
+    reads = commands().get("xread", 0) - before.get("xread", 0)
+    assert reads < 30 * len(answers) / 3, f"{reads} reads for {30 * len(answers)} frames"
+    for follower in followers:
+        await follower.aclose()
