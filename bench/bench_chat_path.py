@@ -38,10 +38,12 @@ PROFILE_SECONDS = 10
 INFO_CALLS = 1
 
 
-def commandstats(url: str) -> dict[str, int]:
+def commandstats(url: str) -> tuple[dict[str, int], int]:
+    """The calls of each command, and the microseconds all took."""
     with redis.Redis.from_url(url) as client:
         stats = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    calls = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+    return calls, sum(int(value["usec"]) for value in stats.values())
 
 
 async def _answer(url: str, origin: str, cookie: str, tabs: int) -> tuple[int, int, bool]:
@@ -77,13 +79,16 @@ async def _tokens(socket) -> tuple[list[tuple[int, str]], int]:
 
 
 async def round_(base_url: str, cookies: list[str], tabs: int, redis_url: str, pid: int) -> dict:
-    url, before_calls = base_url.replace("http://", "ws://") + "/ws/chat/", commandstats(redis_url)
+    url, (before_calls, before_usec) = (
+        base_url.replace("http://", "ws://") + "/ws/chat/",
+        commandstats(redis_url),
+    )
     before_cpu = cpu_seconds(pid)
     results = await asyncio.gather(*(_answer(url, base_url, cookie, tabs) for cookie in cookies))
     # The answers' last writes (the closing frame's) come before their sockets hear of them.
     await asyncio.sleep(0.5)
     spent = cpu_seconds(pid) - before_cpu
-    after = commandstats(redis_url)
+    after, after_usec = commandstats(redis_url)
     calls = {name: after[name] - before_calls.get(name, 0) for name in after}
     calls["info"] -= INFO_CALLS
     calls = {name: n for name, n in sorted(calls.items(), key=lambda item: -item[1]) if n}
@@ -97,6 +102,7 @@ async def round_(base_url: str, cookies: list[str], tabs: int, redis_url: str, p
         "web_cpu_ms_per_token": round(spent * 1000 / tokens, 4),
         "redis_commands_per_frame": round(total / frames, 3),
         "redis_commands_per_token": round(total / tokens, 3),
+        "redis_us_per_token": round((after_usec - before_usec) / tokens, 2),
         "redis_calls": calls,
     }
 
@@ -138,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         "web_cpu_ms_per_token": _spread([r["web_cpu_ms_per_token"] for r in rounds]),
         "redis_commands_per_frame": _spread([r["redis_commands_per_frame"] for r in rounds]),
         "redis_commands_per_token": _spread([r["redis_commands_per_token"] for r in rounds]),
+        "redis_us_per_token": _spread([r["redis_us_per_token"] for r in rounds]),
         "rounds": rounds,
         "profile": profile.top() if options.profile else None,
     }
