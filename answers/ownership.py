@@ -5,9 +5,10 @@ heartbeat. Its owner record (a hash: the fencing token, the user, the admission 
 claim is current: the process that starts an answer holds token 1; a process that takes it over
 (answers.takeover) raises the token, and from then on every write of the earlier owner (a frame,
 a heartbeat, the end) is refused by the scripts below, so a slow old owner (a long GC pause, a
-network partition) cannot write after the new one. Frames are also idempotent by position: the
-stream's entry ids are the tokens' sequence numbers, so a frame written twice (a retry after
-Redis came back) is written once.
+network partition) cannot write after the new one. Frames are also idempotent by position: a
+frame's entry id is its writer's token and its position (`<token>-<position + 1>`), so a frame
+written twice (a retry after Redis came back) is written once, and a claim that moves the stream's
+last id past the earlier token refuses that owner's frames without a read.
 """
 
 import hashlib
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from redisconn import keys
 
@@ -34,27 +35,55 @@ local function owned(owner, fence, user, lease)
 end
 """
 
-# A frame at position ARGV[4] (entry id 1-<position + 1>), written only by the current owner and only
-# right after the frame before it: the reply is its entry id; 0 when it is there already (written
-# before a failure, or twice); GAP <n> when the stream holds only the positions before n, n below
-# this one (Redis lost frames: a restart without the last second of its append-only file), so the
-# writer writes from n on.
+# Frames, each at its position (entry id <fence>-<position + 1>), written only by their answer's
+# current owner and only right after the frame before them. KEYS: each frame's stream and owner
+# record; ARGV[1]: the streams' length limit, then each frame's mode, fence, user, lease, position,
+# frame and expiry. The reply, a frame each: its entry id; 0 when it is there already (written before
+# a failure, or twice); FENCED; GAP <n> when the stream holds only the positions before n, n below
+# the frame's (Redis lost frames), so the writer writes from n on.
+#
+# A `checked` frame reads its owner record and the stream's last entry first. A `fast` one is one
+# XADD: its entry id alone refuses it when it is not the next one (a takeover moved the stream's
+# last id to <new fence>-0, answers.ownership.claim), and the checks run only then. Its writer sends
+# it fast only when the frame before it went on the same connection, unbroken since (chat.streams):
+# Redis cannot have lost that frame meanwhile, and so no gap can open before this one.
 _WRITE = (
     _OWNED
     + """
-if not owned(KEYS[2], ARGV[1], ARGV[2], ARGV[3]) then return redis.error_reply('FENCED') end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
-if not last then
-  redis.call('XADD', KEYS[1], '1-0', 'frame', '{"type":"chat.opened"}')
-  last = {'1-0'}
+local function checked(stream, owner, fence, user, lease, position, frame, maxlen)
+  if not owned(owner, fence, user, lease) then return 'FENCED' end
+  local last = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+  if not last then
+    redis.call('XADD', stream, '1-0', 'frame', '{"type":"chat.opened"}')
+    last = {'1-0'}
+  end
+  local have = tonumber(string.match(last[1], '^%d+%-(%d+)$'))
+  if have > position then return 0 end
+  if have < position then return 'GAP ' .. have end
+  local id = fence .. '-' .. (position + 1)
+  local ok, written = pcall(redis.call, 'XADD', stream, 'MAXLEN', maxlen, id, 'frame', frame)
+  if not ok then return 'ERROR ' .. tostring(written.err or written) end
+  return written
 end
-local have = tonumber(string.match(last[1], '^1%-(%d+)$'))
-local position = tonumber(ARGV[4])
-if have > position then return 0 end
-if have < position then return redis.error_reply('GAP ' .. have) end
-local written = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[6], '1-' .. (position + 1), 'frame', ARGV[5])
-if tonumber(ARGV[7]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[7]) end
-return written
+local replies = {}
+for i = 0, (#ARGV - 1) / 7 - 1 do
+  local a, stream, owner = 1 + i * 7, KEYS[1 + i * 2], KEYS[2 + i * 2]
+  local fence, position, frame, ttl = ARGV[a + 2], tonumber(ARGV[a + 5]), ARGV[a + 6], tonumber(ARGV[a + 7])
+  local written = false
+  if ARGV[a + 1] == 'fast' then
+    local id = fence .. '-' .. (position + 1)
+    local ok, added = pcall(redis.call, 'XADD', stream, 'NOMKSTREAM', 'MAXLEN', ARGV[1], id, 'frame', frame)
+    if ok then written = added end
+  end
+  if not written then
+    written = checked(stream, owner, fence, ARGV[a + 3], ARGV[a + 4], position, frame, ARGV[1])
+  end
+  if ttl > 0 and type(written) == 'string' and string.match(written, '^%d') then
+    redis.call('EXPIRE', stream, ttl)
+  end
+  replies[i + 1] = written
+end
+return replies
 """
 )
 
@@ -84,10 +113,13 @@ return 1
 """
 
 # A claim on an answer whose heartbeat is older than ARGV[2]: the new token, user and lease; or nil.
+# Its stream's last id moves to <new token>-0, so that the earlier owner's next frame (<its token>-<n>)
+# is refused by the XADD itself (the fast writes of _WRITE); a stream that is gone has none to move.
 _CLAIM = """
 local beat = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not beat or tonumber(beat) > tonumber(ARGV[2]) then return nil end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('XSETID', KEYS[3], fence .. '-0') end
 redis.call('HSET', KEYS[1], 'process', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 return {fence, redis.call('HGET', KEYS[1], 'user'), redis.call('HGET', KEYS[1], 'lease') or ''}
@@ -103,12 +135,12 @@ class Lua:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
 
-    def add_to(self, pipe, keys_: list, args: list) -> None:
-        """Run it in `pipe`; a NoScriptError reply means `load` it and run the pipeline again."""
-        pipe.evalsha(self.sha, len(keys_), *keys_, *args)
-
     async def load(self, r: aioredis.Redis) -> None:
         await r.script_load(self.source)
+
+    async def load_on(self, link: aioredis.Connection) -> None:
+        await link.send_command("SCRIPT", "LOAD", self.source)
+        await link.read_response()
 
     async def __call__(self, r: aioredis.Redis, keys_: list, args: list):
         try:
@@ -161,14 +193,18 @@ def register_in(
     return owner
 
 
-def write_in(pipe, owner: Claim, position: int, frame: bytes, ttl: int | None) -> None:
-    """Add one fenced, idempotent, in-order frame write to `pipe`; its reply is the entry id, 0 when
-    the frame was there already, or a FENCED or GAP error (`refusal`)."""
-    WRITE.add_to(
-        pipe,
-        [keys.chat_stream(owner.answer), keys.chat_answer_owner(owner.answer)],
-        [*owner.fields(), position, frame, settings.CHAT_STREAM_MAX_ENTRIES, ttl or 0],
-    )
+async def write_all(link: aioredis.Connection, frames: list[tuple[Claim, int, bytes, int | None, bool]]):
+    """Write the frames (owner, position, the frame, its stream's expiry or None, whether the frame
+    before it went on this connection, unbroken since: the fast write) in one command on `link`;
+    its reply is a reply a frame: the entry id, 0 when the frame was there already, or FENCED,
+    GAP <n> (`refusal`) or ERROR <what Redis said>. NoScriptError when Redis does not know the
+    script (`WRITE.load_on` it)."""
+    keys_, args = [], [settings.CHAT_STREAM_MAX_ENTRIES]
+    for owner, position, frame, ttl, fast in frames:
+        keys_ += [keys.chat_stream(owner.answer), keys.chat_answer_owner(owner.answer)]
+        args += ["fast" if fast else "checked", *owner.fields(), position, frame, ttl or 0]
+    await link.send_command("EVALSHA", WRITE.sha, len(keys_), *keys_, *args)
+    return await link.read_response()
 
 
 class Gap(Exception):
@@ -179,13 +215,18 @@ class Gap(Exception):
         self.position = position
 
 
-def refusal(error: Exception) -> Exception | None:
-    """Fenced or Gap for a write's error reply that is one; None for any other error."""
-    text = str(error)
+def refusal(reply: bytes | int) -> Exception | None:
+    """Fenced, Gap or a ResponseError for a frame's reply (`write_all`) that is one; None for a
+    written frame."""
+    if isinstance(reply, int):
+        return None
+    text = reply.decode()
     if text.startswith("FENCED"):
         return Fenced()
     if text.startswith("GAP "):
         return Gap(int(text.removeprefix("GAP ")))
+    if text.startswith("ERROR "):
+        return ResponseError(text.removeprefix("ERROR "))
     return None
 
 
@@ -231,7 +272,7 @@ async def stale(r: aioredis.Redis, *, limit: int = 16) -> list[int | str]:
 async def claim(r: aioredis.Redis, answer: int | str) -> Claim | None:
     """Own a stale answer: exactly one of the processes that try it gets the Claim."""
     before = time.time() - settings.CHAT_TAKEOVER_AFTER_SECONDS
-    keys_ = [keys.chat_answer_owner(answer), keys.CHAT_ANSWERS]
+    keys_ = [keys.chat_answer_owner(answer), keys.CHAT_ANSWERS, keys.chat_stream(answer)]
     got = await CLAIM(r, keys_, [answer, before, time.time(), PROCESS])
     if got is None:
         return None

@@ -232,7 +232,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """Send the answer's frames after token `after`, live, until it ends."""
         try:
             async for frame in follow(message_id, after):
-                await self.send_json(frame)
+                # Encoded once, by its writer or as Redis holds it, for every socket that shows it.
+                if isinstance(frame, streams.Frame):
+                    await self.send(text_data=frame.text)
+                else:
+                    await self.send_json(frame)
                 if frame["type"] in protocol.TERMINAL:
                     return
         except RedisError:

@@ -19,12 +19,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import orjson
 import redis.asyncio as aioredis
 from django.conf import settings
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError
 
 import redisconn
 from answers import ownership
 from answers.ownership import Claim
+from chat import stream_reads
 from chat.protocol import TERMINAL
+from chat.stream_reads import Frame
 from eventloops import PerLoop
 from redisconn import keys
 
@@ -69,74 +71,113 @@ async def open_stream(r: aioredis.Redis, message_id: int, *, user_id: int, lease
     return owner
 
 
-async def publish(r: aioredis.Redis, owner: Claim, position: int, frame: dict) -> None:
+Written = Callable[[int], None]
+
+
+async def publish(
+    r: aioredis.Redis, owner: Claim, position: int, frame: dict, written: Written | None = None
+) -> None:
     """Append the frame at `position` (a token's seq; the closing frame takes the next one), as
     the answer's owner: ownership.Fenced when another process owns it now; a frame already at
     that position (written before Redis went away and came back) is left as it is; ownership.Gap
-    when frames before it are missing (Redis lost them): write from the position it names."""
+    when frames before it are missing (Redis lost them): write from the position it names.
+    `written(position)` is called once Redis holds the frame, even when this call was cancelled
+    meanwhile (a stop). The frames go on the running loop's own connection (`_FrameWriter`), not `r`'s."""
     ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
-    await _writer().write(r, owner, position, frame, ttl)
+    text = frame.text if isinstance(frame, Frame) else orjson.dumps(frame).decode()
+    await _writer().write(owner, position, text.encode(), ttl, written)
 
 
 class _FrameWriter:
     """Writes the frames that the answers of one event loop publish: those that wait together go
-    in one pipeline. A token is the hot path of every answer, and many answers' tokens come
-    together (the engine makes one for each running answer at every step): one round trip
-    carries them all, where a command each cost a round trip each. A frame's writer still
-    waits for its own reply, so a failure reaches the answer that published it."""
+    in one script call (ownership.write_all). A token is the hot path of every answer, and many
+    answers' tokens come together (the engine makes one for each running answer at every step):
+    one command carries them all. A frame's writer still waits for its own reply, so a failure
+    reaches the answer that published it.
+
+    The writes go on a connection of their own, so that the writer knows when Redis may have
+    restarted (and lost the last frames) since an answer's last frame: only a broken connection,
+    or a failed write, can hide that. An answer's frame is written with one XADD (a fast write)
+    when its frame before went on this connection, unbroken since; else with the owner and gap checks."""
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[Claim, str, dict, int | None, asyncio.Future]] = []
+        self._waiting: list[tuple[Claim, int, bytes, int | None, Written | None, asyncio.Future]] = []
         self._flushing: asyncio.Task | None = None
+        self._link = redisconn.lone_connection()
+        self._link.register_connect_callback(self._connected)
+        # Which answers' last frame went on the connection since it was last made: its count of makings.
+        self._connection = 0
+        self._continued: dict[Claim, int] = {}
 
     async def write(
-        self, r: aioredis.Redis, owner: Claim, entry_id: str, frame: dict, ttl: int | None
+        self, owner: Claim, position: int, frame: bytes, ttl: int | None, written: Written | None
     ) -> None:
         future = asyncio.get_running_loop().create_future()
-        self._waiting.append((owner, entry_id, frame, ttl, future))
+        self._waiting.append((owner, position, frame, ttl, written, future))
         if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.create_task(self._flush(r), name="chat-frame-writer")
+            self._flushing = asyncio.create_task(self._flush(), name="chat-frame-writer")
         await future
 
-    async def _flush(self, r: aioredis.Redis) -> None:
+    def _connected(self, connection) -> None:
+        self._connection += 1
+        self._continued.clear()
+
+    async def _connect(self) -> None:
+        """Make the connection again if it broke (Redis closed it, or a write failed on it), so that
+        the count of makings is current before the writes choose their way."""
+        link = self._link
+        if link.is_connected:
+            try:
+                if await link.can_read_destructive():  # nothing is due on it: it is broken
+                    raise RedisError("unexpected data on the frame writer's connection")
+            except (RedisError, OSError):
+                await link.disconnect()
+        await link.connect()
+
+    async def _flush(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
+            connection = -1
             try:
-                outcomes = await _execute(r, batch)
+                await self._connect()
+                connection = self._connection
+                fast = [self._continued.get(owner) == connection for owner, *_ in batch]
+                replies = await self._execute(batch, fast)
             except Exception as exc:  # the connection failed: every frame of the batch did
-                outcomes = [exc] * len(batch)
-            for (*_, future), outcome in zip(batch, outcomes, strict=True):
+                await self._link.disconnect()  # made again, and every answer checked, by the next
+                replies = [exc] * len(batch)
+            for (owner, position, _, ttl, written, future), reply in zip(batch, replies, strict=True):
+                outcome = reply if isinstance(reply, Exception) else ownership.refusal(reply)
+                if outcome is None:
+                    self._continued[owner] = connection
+                    if ttl is not None:  # the closing frame: no more of this answer
+                        self._continued.pop(owner, None)
+                    if written is not None:
+                        written(position)
+                else:
+                    self._continued.pop(owner, None)
                 if future.done():  # its writer was cancelled (a stop): the frame is written all the same
                     continue
-                if isinstance(outcome, ResponseError) and (refused := ownership.refusal(outcome)):
-                    future.set_exception(refused)
-                elif isinstance(outcome, Exception):
-                    future.set_exception(outcome)
-                else:
+                if outcome is None:
                     future.set_result(None)
+                else:
+                    future.set_exception(outcome)
+
+    async def _execute(self, batch: list, fast: list[bool]) -> list:
+        """Each frame's reply from one command; once more after loading the script when Redis had
+        lost it (a restart): the writes are idempotent."""
+        frames = [(*entry[:4], f) for entry, f in zip(batch, fast, strict=True)]
+        try:
+            replies = await ownership.write_all(self._link, frames)
+        except NoScriptError:
+            await ownership.WRITE.load_on(self._link)
+            replies = await ownership.write_all(self._link, [(*frame[:4], False) for frame in frames])
+        if len(replies) != len(batch):
+            raise RedisError("no reply for every frame")
+        return replies
 
 
-async def _execute(r: aioredis.Redis, batch: list) -> list:
-    """Each frame's write reply, or the error Redis gave that frame, from one round trip; once
-    more after loading the script when Redis had lost it (a restart): the writes are idempotent."""
-    replies = await _write_all(r, batch)
-    if any(isinstance(reply, NoScriptError) for reply in replies):
-        await ownership.WRITE.load(r)
-        replies = await _write_all(r, batch)
-    return replies
-
-
-async def _write_all(r: aioredis.Redis, batch: list) -> list:
-    async with r.pipeline(transaction=False) as pipe:
-        for owner, position, frame, ttl, _ in batch:
-            ownership.write_in(pipe, owner, position, orjson.dumps(frame), ttl)
-        replies = await pipe.execute(raise_on_error=False)
-    if len(replies) != len(batch):
-        raise RedisError("no reply for every frame")
-    return replies
-
-
-# The writer of the running loop's answers: their frames share its round trips.
+# The writer of the running loop's answers: their frames share its commands.
 _writer = PerLoop(_FrameWriter)
 
 
@@ -164,8 +205,6 @@ async def written(r: aioredis.Redis, message_id: int) -> list[dict] | None:
 
 
 Quiet = Callable[[], Awaitable[dict | None]]
-# How long a follower waits for a Redis that went away before it gives up (a restart takes seconds).
-REDIS_AWAY_SECONDS = 30.0
 
 
 async def follow(
@@ -177,72 +216,68 @@ async def follow(
     (None, or a `chat.notice` saying why no token comes) or how the answer ended (a closing frame,
     yielded last). Without it, ends without a closing frame only if the stream disappears (expired,
     or never written)."""
-    key = keys.chat_stream(message_id)
-    last = _entry_id(after)
-    block_ms = int(settings.CHAT_STREAM_BLOCK_SECONDS * 1000)
-    loop, lost = asyncio.get_running_loop(), None
-    while True:
-        try:
-            result = await r.xread({key: last}, block=block_ms, count=256)
-        except (RedisError, OSError):
-            # A Redis restart: read on from where it left off once it is back, for a while.
-            redisconn.raise_if_cancelled()
-            lost = lost or loop.time()
-            if loop.time() - lost > REDIS_AWAY_SECONDS:
-                raise
-            await asyncio.sleep(0.5)
-            continue
-        lost = None
-        redisconn.raise_if_cancelled()  # a follower whose reader left ends here
-        if not result:
-            if quiet is not None:
-                if (ending := await quiet()) is not None:
-                    yield ending
-                    if ending["type"] in TERMINAL:
-                        return
-            elif not await r.exists(key):
-                return
-            continue
-        for entry_id, fields in result[0][1]:
-            last = entry_id
-            frame = orjson.loads(fields[b"frame"])
-            yield frame
-            if frame["type"] in TERMINAL:
-                return
+    reader = stream_reads.Reader(keys.chat_stream(message_id), _entry_id(after))
+    reads = stream_reads.reads()
+    reads.add(reader)
+    try:
+        while True:
+            got = await stream_reads.entries(reader, settings.CHAT_STREAM_BLOCK_SECONDS)
+            redisconn.raise_if_cancelled()  # a follower whose reader left ends here
+            if got is None:
+                if quiet is not None:
+                    if (ending := await quiet()) is not None:
+                        yield ending
+                        if ending["type"] in TERMINAL:
+                            return
+                elif not await r.exists(reader.key):
+                    return
+                continue
+            for entry_id, frame in got:
+                # Entries written after a takeover (ids <token>-<n>) all follow `1-<after + 1>`: the
+                # position is the id's second part.
+                if int(entry_id.rpartition(b"-")[2]) <= after + 1:
+                    continue
+                yield frame
+                if frame["type"] in TERMINAL:
+                    return
+    finally:
+        reads.discard(reader)
 
 
 class AnswerFrames:
-    """The frames of one answer as its owner makes them: kept in memory, so a follower in this
-    process reads them from there (`follow`) without a Redis read per token, and written to the
-    answer's stream. While Redis is away they wait in memory and are written, in order and once
-    each, when it is back (`_catch_up`). `superseded` is called when another process owns the
-    answer now."""
+    """The frames of one answer as its owner makes them: written to the answer's stream, and kept
+    in memory, encoded, so that a follower in this process reads them from there (`follow`)
+    without a Redis read per token. A follower here is shown a frame only once Redis holds it: what
+    a reader sees is what a reload, another process or a taker of the answer reads. While Redis is
+    away they wait in memory and are written, in order and once each, when it is back
+    (`_catch_up`). `superseded` is called when another process owns the answer now."""
 
     def __init__(self, message_id: int, owner: Claim, earlier: list[dict], superseded: Callable[[], None]):
         """`earlier`: the token frames an earlier owner wrote, when this one continues the answer."""
         self.message_id = message_id
         self.owner = owner
         self._superseded = superseded
-        # What the answer's stream holds, as (position, frame), and an event set when it grows.
-        self._frames: list[tuple[int, dict]] = [(frame["seq"], frame) for frame in earlier]
+        # The frames made, as (position, frame), and an event set when more are written.
+        self._frames: list[tuple[int, Frame]] = [(frame["seq"], Frame.encoded(frame)) for frame in earlier]
         self._grown = asyncio.Event()
         self._ended = False
         # Writing the frames from a position on, after Redis went away; None: written as made.
         self.catching_up: asyncio.Task | None = None
-        # The position of the last frame known to be in the stream.
+        # The position of the last frame known to be in the stream, and how many of `_frames` that is.
         self._written = earlier[-1]["seq"] if earlier else -1
+        self._shown = len(self._frames)
         # Why no token comes for now (a `chat.notice`), for followers here; None: none.
         self._notice: dict | None = None
 
     async def follow(self, after: int, rest: Callable[[int], AsyncIterator[dict]]) -> AsyncIterator[dict]:
-        """The frames after token `after`, live, from memory; when the answer leaves this process
-        unfinished (handed over, or taken over), the rest from `rest(after)`, its stream's."""
+        """The frames after token `after` that Redis holds, live, from memory; when the answer leaves
+        this process unfinished (handed over, or taken over), the rest from `rest(after)`, its stream's."""
         index = next(
             (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
         )
         told = None
         while True:
-            while index < len(self._frames):
+            while index < self._shown:
                 after, frame = self._frames[index]
                 index += 1
                 yield frame
@@ -273,15 +308,23 @@ class AnswerFrames:
         grown, self._grown = self._grown, asyncio.Event()
         grown.set()
 
+    def _stored(self, position: int) -> None:
+        """Redis holds the frames up to `position`: show them."""
+        self._written = max(self._written, position)
+        shown = self._shown
+        while shown < len(self._frames) and self._frames[shown][0] <= self._written:
+            shown += 1
+        if shown != self._shown:
+            self._shown = shown
+            self._wake()
+
     async def publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
-        # Followers in this process have it at once, and never miss one whose write a stop cut.
-        self._frames.append((position, frame))
-        self._wake()
+        encoded = Frame.encoded(frame)
+        self._frames.append((position, encoded))
         if self.catching_up is not None:
             return  # written in order once Redis is back
         try:
-            await publish(r, self.owner, position, frame)
-            self._written = max(self._written, position)
+            await publish(r, self.owner, position, encoded, self._stored)
         except ownership.Fenced:
             self._superseded()
         except ownership.Gap as gap:
@@ -304,8 +347,7 @@ class AnswerFrames:
             try:
                 while index < len(self._frames):
                     position, frame = self._frames[index]
-                    await publish(r, self.owner, position, frame)
-                    self._written = max(self._written, position)
+                    await publish(r, self.owner, position, frame, self._stored)
                     index += 1
             except ownership.Fenced:
                 self._superseded()

@@ -13,6 +13,8 @@ from functools import cache
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from eventloops import PerLoop
 
@@ -32,6 +34,15 @@ def new_client() -> aioredis.Redis:
     """An asyncio client of its own, for work that runs in an event loop of its own and
     ends with it (a bulk job's run); the caller closes it."""
     return aioredis.Redis.from_url(settings.REDIS_URL, **_options())
+
+
+def lone_connection() -> aioredis.Connection:
+    """One connection, not yet made, outside any client: nothing retries a command on it or makes
+    it again unseen (a pool checks its connections and quietly makes a broken one again), so its
+    owner knows when Redis may have restarted between two commands: its connect callbacks run.
+    For a writer that must know that; it sends commands and reads replies itself."""
+    pool = aioredis.ConnectionPool.from_url(settings.REDIS_URL, retry=Retry(NoBackoff(), 0), **_options())
+    return pool.make_connection()
 
 
 # The asyncio client of the running event loop, `redisconn.client()`: its connections belong to that loop.

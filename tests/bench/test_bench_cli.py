@@ -20,6 +20,7 @@ MODULES = [
     "bench_binding",
     "bench_embeddings",
     "bench_knowledge",
+    "bench_chat_path",
 ]
 # Every `python -m bench.<name>` there is, the benchmarks' entry points included.
 ENTRY_POINTS = [*MODULES, "bench_bulk_chat", "report.__main__", "load.run", "fast_engine"]

@@ -120,7 +120,8 @@ async def test_an_answer_that_cannot_be_continued_ends_with_an_error_frame_and_i
 async def test_an_owner_that_another_process_took_over_stops_without_writing(alice, settings):
     settings.CHAT_HEARTBEAT_SECONDS = 0.2
     old, fake = await running_answer(alice, ["a "], hang=True)
-    assert await until(lambda: old.seq == 1, 10)
+    # Its first token written (a follower here is shown it only then).
+    assert [f["text"] async for f in _until_tokens(old.frames_after(-1), 1)] == ["a "]
     r = redis_client()
     # Made stale, then claimed; the owner's next beat (every 0.2 s) may come between: again.
     for _ in range(20):
@@ -190,11 +191,11 @@ async def test_an_answer_goes_on_while_redis_is_away_and_its_frames_are_written_
 ):
     publish, failing = streams.publish, {"left": 3}
 
-    async def flaky(r, owner, position, frame):
+    async def flaky(r, owner, position, frame, written=None):
         if frame["type"] == "chat.token" and position >= 1 and failing["left"]:
             failing["left"] -= 1
             raise RedisConnectionError("Redis is restarting")
-        await publish(r, owner, position, frame)
+        await publish(r, owner, position, frame, written)
 
     monkeypatch.setattr(streams, "publish", flaky)
     answer, _ = await running_answer(alice, ["a", "b", "c", "d", "e"])
@@ -226,7 +227,8 @@ async def test_a_claim_after_redis_lost_the_owner_record_goes_to_the_writer_that
 
 async def test_frames_redis_lost_in_a_restart_are_written_again_before_the_next(alice):
     """Redis's append-only file is synced once a second: a SIGKILL can take the last frames with it
-    while their writer has heard them written. The next frame finds the gap and fills it first."""
+    while their writer has heard them written. The restart breaks the writer's connection, so the
+    next frame is checked: it finds the gap and fills it first."""
     gate = asyncio.Event()
     answer, _ = await running_answer(alice, ["a", "b", "c", gate, "d", "e"])
     assert await until(lambda: answer.seq == 3, 10)
@@ -238,6 +240,7 @@ async def test_frames_redis_lost_in_a_restart_are_written_again_before_the_next(
     await r.delete(stream)
     for entry_id, fields in kept:
         await r.xadd(stream, fields, id=entry_id)
+    await r.client_kill_filter(_type="normal", skipme=True)  # what the restart does to every connection
     gate.set()
     await asyncio.wait_for(answer.task, 10)
     assert await until(lambda: answer.frames.catching_up is None, 10)
@@ -274,34 +277,41 @@ async def test_an_api_answer_whose_process_died_is_recorded_as_far_as_its_client
     assert not await r.zscore(keys.CHAT_ANSWERS, answer.owner.answer)
 
 
-async def test_a_frame_shown_here_whose_write_the_handover_cut_is_written_before_the_answer_is_left(
+async def test_a_frame_whose_write_the_handover_cut_is_written_before_the_answer_is_left_and_shown_only_then(
     alice, monkeypatch
 ):
     publish, cut = streams.publish, asyncio.Event()
 
-    async def hangs_once_on_the_third(r, owner, position, frame):
+    async def hangs_once_on_the_third(r, owner, position, frame, written=None):
         if position == 2 and not cut.is_set():
             cut.set()
             await asyncio.Event().wait()  # the write is in flight when the handover comes
-        await publish(r, owner, position, frame)
+        await publish(r, owner, position, frame, written)
 
     monkeypatch.setattr(generation_module.streams, "publish", hangs_once_on_the_third)
     draining, _ = await running_answer(alice, ["One, ", "two, ", "three, "], hang=True)
-    shown = [frame async for frame in _until_tokens(draining.frames_after(-1), 3)]
-    assert [f["text"] for f in shown] == ["One, ", "two, ", "three, "] and cut.is_set()
+    follower = draining.frames_after(-1)
+    shown = [frame async for frame in _until_tokens(follower, 2)]
+    assert await until(lambda: cut.is_set(), 10)
+    # Made, but not written: a follower here is not shown it.
+    third = asyncio.ensure_future(anext(follower))
+    await asyncio.sleep(0.2)
+    assert [f["text"] for f in shown] == ["One, ", "two, "] and not third.done()
     draining.stop("handover")
     await asyncio.gather(draining.task, return_exceptions=True)
-    # The successor starts after what the follower here was shown, not over it.
+    # The successor starts after what the handover wrote, not over it; the follower sees it once written.
     r = redis_client()
     assert tokens(await streams.written(r, draining.message_id)) == [
         (0, "One, "),
         (1, "two, "),
         (2, "three, "),
     ]
+    assert (await asyncio.wait_for(third, 10))["text"] == "three, "
     [continued] = await takeover.scan(r, FakeEngine(["four."]))
     await asyncio.wait_for(continued.task, 10)
     stored = await Message.objects.aget(pk=draining.message_id)
     assert (stored.status, stored.content) == ("complete", "One, two, three, four.")
+    await follower.aclose()
 
 
 async def _until_tokens(frames, count: int):

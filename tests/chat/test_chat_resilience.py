@@ -354,7 +354,7 @@ async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
     publish = streams.publish
 
     async def publish_with(*args):
-        if args[-1]["type"] == "chat.token":
+        if args[3]["type"] == "chat.token":
             await write_token(publish, args, stop_now)
         else:
             await publish(*args)
@@ -405,19 +405,19 @@ async def test_it_stops_an_answer_even_when_a_redis_command_swallowed_the_cancel
     assert (stored.status, stored.content) == (Message.Status.STOPPED, "one ")
 
 
-async def test_answers_frames_waiting_together_go_in_one_pipeline_and_fail_one_by_one(monkeypatch):
-    """Many answers' tokens come at once (one engine step); one round trip writes them all, and a
+async def test_answers_frames_waiting_together_go_in_one_command_and_fail_one_by_one(monkeypatch):
+    """Many answers' tokens come at once (one engine step); one command writes them all, and a
     frame Redis refuses fails its own writer only."""
     r = redis_client()
     owners = {m: await streams.open_stream(r, m, user_id=1) for m in (9001, 9002, 9003)}
     executed = []
-    pipeline = r.pipeline
+    write_all = ownership.write_all
 
-    def counting_pipeline(*args, **kwargs):
-        executed.append(1)
-        return pipeline(*args, **kwargs)
+    def counting_write_all(client, frames):
+        executed.append(len(frames))
+        return write_all(client, frames)
 
-    monkeypatch.setattr(r, "pipeline", counting_pipeline)
+    monkeypatch.setattr(ownership, "write_all", counting_write_all)
     token = {"type": "chat.token", "message": 0, "seq": 0, "text": "x"}
     results = await asyncio.gather(
         streams.publish(r, owners[9001], 0, token),
@@ -429,7 +429,7 @@ async def test_answers_frames_waiting_together_go_in_one_pipeline_and_fail_one_b
         streams.publish(r, owners[9003], 0, token),
         return_exceptions=True,
     )
-    assert executed == [1], "the frames did not share one pipeline"
+    assert executed == [5], "the frames did not share one command"
     assert [isinstance(result, ownership.Fenced) for result in results] == [False, False, True, False, False]
     assert [result for result in results if not isinstance(result, Exception)] == [None] * 4
     for message_id in (9001, 9002, 9003):
