@@ -15,7 +15,6 @@ from django.conf import settings
 
 from conversations.turns import Turn
 from inference.client import EngineError
-from inference.engine import embedding_client
 from knowledge import context, quotes, search
 
 log = logging.getLogger(__name__)
@@ -35,10 +34,9 @@ def _question(history: Sequence[dict[str, str]]) -> str:
     return next(m["content"] for m in reversed(history) if m["role"] == "user")
 
 
-def _retrieve(
-    question: str, vector: Sequence[float], collection_ids: list[int], quoted: dict
+def _numbered(
+    found: list[search.Passage], quoted: dict
 ) -> tuple[list[tuple[int, search.Passage]], list[tuple[int, int]]]:
-    found = search.passages(question=question, query_vector=vector, collection_ids=collection_ids)
     numbers = {p.chunk_id: n for rows in quoted.values() for n, new, p in rows if new}
     numbered = context.new_passages(found, numbers, budget=settings.KNOWLEDGE_PASSAGE_TOKENS)
     cited = sorted({(numbers[p.chunk_id], p.chunk_id) for p in found if p.chunk_id in numbers})
@@ -58,18 +56,15 @@ async def with_passages(turn: Turn, *, user_id: int, history: list[dict[str, str
             conversation_id=turn.conversation_id, user_id=user_id
         )
         if collection_ids:
-            question = _question(history)
             try:
-                vector = (await embedding_client().aembed([question], priority="query"))[0]
+                found = await search.question_passages(_question(history), collection_ids)
             except EngineError:
                 log.warning(
                     "message %s: no retrieval, the embedding engine is unavailable", turn.user_message_id
                 )
                 note = UNSEARCHED
             else:
-                numbered, cited = await database_sync_to_async(_retrieve)(
-                    question, vector, collection_ids, quoted
-                )
+                numbered, cited = _numbered(found, quoted)
                 await database_sync_to_async(quotes.quotes_store)(
                     message_id=turn.user_message_id, numbered=numbered, cited=cited
                 )

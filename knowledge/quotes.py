@@ -13,7 +13,7 @@ from django.db import transaction
 from httpkit.errors import Refusal
 from knowledge.models import Collection, Quote
 from knowledge.search import Passage
-from knowledge.selectors import collection_ids_readable
+from knowledge.selectors import collection_ids_checked, collection_ids_readable
 
 # Collections one conversation may retrieve from at once.
 MAX_COLLECTIONS = 20
@@ -33,10 +33,7 @@ def conversation_collections_set(*, conversation_id: int, user, collection_ids: 
     wanted = list(dict.fromkeys(collection_ids))
     if len(wanted) > MAX_COLLECTIONS:
         raise Refusal("invalid_field", f"a conversation retrieves from at most {MAX_COLLECTIONS} collections")
-    readable = collection_ids_readable(user, wanted)
-    missing = [pk for pk in wanted if pk not in readable]
-    if missing:
-        raise Refusal("not_found", "no such collection", collection=missing[0])
+    collection_ids_checked(user, wanted)
     through = Collection.conversations.through
     with transaction.atomic():
         through.objects.filter(conversation_id=conversation_id).delete()
