@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 
 from conversations.turns import Turn
 from inference.client import EngineError
@@ -43,17 +45,22 @@ def _numbered(
     return numbered, cited
 
 
-async def with_passages(turn: Turn, *, user_id: int, history: list[dict[str, str]]) -> Retrieved:
+async def with_passages(
+    turn: Turn, *, user: AbstractBaseUser | None, user_id: int, history: list[dict[str, str]]
+) -> Retrieved:
     """`history` with each user message's quoted passages; the newest question retrieves first if it
-    never has."""
+    never has, from what its asker (`user`, read by `user_id` where the caller has none: an answer
+    taken over from another process) may read now."""
     ids = turn.user_message_ids
     if not ids:
         return Retrieved(history)
     quoted = await database_sync_to_async(quotes.quotes_of)(ids)
     note = ""
     if turn.user_message_id not in quoted:
+        if user is None:
+            user = await get_user_model().objects.aget(pk=user_id)
         collection_ids = await database_sync_to_async(quotes.conversation_collections)(
-            conversation_id=turn.conversation_id, user_id=user_id
+            conversation_id=turn.conversation_id, user=user
         )
         if collection_ids:
             try:
@@ -68,7 +75,11 @@ async def with_passages(turn: Turn, *, user_id: int, history: list[dict[str, str
                 await database_sync_to_async(quotes.quotes_store)(
                     message_id=turn.user_message_id, numbered=numbered, cited=cited
                 )
-                quoted = await database_sync_to_async(quotes.quotes_of)(ids)
+                # What was stored, as quotes_of would read it back: by number.
+                by_chunk = {p.chunk_id: p for p in found}
+                stored = [(n, True, p) for n, p in numbered] + [(n, False, by_chunk[c]) for n, c in cited]
+                if stored:
+                    quoted[turn.user_message_id] = sorted(stored, key=lambda row: row[0])
     if not quoted:
         return Retrieved(history, note=note)
     rendered, users = [], iter(ids)

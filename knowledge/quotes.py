@@ -7,7 +7,7 @@ so every later prompt of the conversation is rebuilt with the same passages and 
 
 from collections.abc import Iterable, Sequence
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from httpkit.errors import Refusal
@@ -19,12 +19,12 @@ from knowledge.selectors import collection_ids_checked, collection_ids_readable
 MAX_COLLECTIONS = 20
 
 
-def conversation_collections(*, conversation_id: int, user_id: int) -> list[int]:
-    """The conversation's collections its owner may read now."""
+def conversation_collections(*, conversation_id: int, user: AbstractBaseUser) -> list[int]:
+    """The conversation's collections its owner, `user`, may read now (their groups as they are now)."""
     attached = list(Collection.objects.filter(conversations=conversation_id).values_list("pk", flat=True))
     if not attached:
         return []
-    return collection_ids_readable(get_user_model().objects.get(pk=user_id), attached)
+    return collection_ids_readable(user, attached)
 
 
 def conversation_collections_set(*, conversation_id: int, user, collection_ids: Sequence[int]) -> list[int]:
