@@ -243,7 +243,9 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
 
 def _child(options: argparse.Namespace) -> None:
     folder = ROOT / "var" / "bench" / f"knowledge-{options.store}"
-    url, server = _store_url("sqlite" if options.store == "facts" else options.store, folder)
+    url, server = _store_url(
+        "sqlite" if options.store in ("facts", "pdf", "prefix") else options.store, folder
+    )
     try:
         if server is None:  # the bundled pgvector server starts empty
             _fresh_database(url)
@@ -252,11 +254,18 @@ def _child(options: argparse.Namespace) -> None:
         from django.conf import settings
 
         model_dir = settings.EMBEDDING_MODEL
-        result = (
-            run_facts(model_dir, options.documents, options.places)
-            if options.store == "facts"
-            else run_store(options.store, options.sizes, options.widths, model_dir)
-        )
+        if options.store == "pdf":
+            from bench.knowledge_pdf import run_pdf
+
+            result = run_pdf()
+        elif options.store == "prefix":
+            from bench.knowledge_prefix import run_prefix
+
+            result = run_prefix()
+        elif options.store == "facts":
+            result = run_facts(model_dir, options.documents, options.places)
+        else:
+            result = run_store(options.store, options.sizes, options.widths, model_dir)
         Path(options.result).write_text(json.dumps(result))
     finally:
         if server is not None:
@@ -283,8 +292,15 @@ def main() -> dict:
     if options.store:
         _child(options)
         return {}
-    result = {"benchmark": "knowledge", "questions": QUESTIONS, "stores": [], "facts": None}
-    for store in [*options.stores, "facts"]:
+    result = {
+        "benchmark": "knowledge",
+        "questions": QUESTIONS,
+        "stores": [],
+        "facts": None,
+        "pdf": None,
+        "prefix": None,
+    }
+    for store in [*options.stores, "facts", "pdf", "prefix"]:
         out = ROOT / "var" / "bench" / f"knowledge-{store}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         command = [
@@ -294,8 +310,8 @@ def main() -> dict:
         ]
         subprocess.run(command, cwd=ROOT, check=True)
         data = json.loads(out.read_text())
-        if store == "facts":
-            result["facts"] = data
+        if store in ("facts", "pdf", "prefix"):
+            result[store] = data
         else:
             result["stores"].append(data)
     setup()  # the machine's description in the results reads the settings
