@@ -147,14 +147,28 @@ def collection_chunk_ids(collection) -> list[int]:
     return list(Chunk.objects.filter(collection=collection).order_by("id").values_list("id", flat=True))
 
 
+def _halves(facts: list) -> dict[str, set[int]]:
+    """The questions of every other place (tuning: where the retrieval defaults were chosen) and of the
+    rest (held out: measured only)."""
+    places = sorted({fact.place for fact in facts})
+    tuning = {place for i, place in enumerate(places) if i % 2 == 0}
+    return {
+        "tuning": {i for i, fact in enumerate(facts) if fact.place in tuning},
+        "held_out": {i for i, fact in enumerate(facts) if fact.place not in tuning},
+    }
+
+
 def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
-    """Planted-fact recall@5 of each retrieval mode, through the product's chunker and search."""
+    """Planted-fact recall@5 of each retrieval mode, through the product's chunker and search, on all the
+    questions and on each half; and the share of answers whose sources (the passages a prompt quotes,
+    within its passage budget) hold the fact's document."""
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
     from bench import knowledge_facts
-    from bench.knowledge_corpus import Embedder, passages
-    from knowledge import chunking, search, services
+    from bench.knowledge_corpus import embedded, passages
+    from knowledge import chunking, context, search, services
     from knowledge.models import Chunk, Document
 
     call_command("migrate", verbosity=0)
@@ -162,47 +176,76 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
     docs = knowledge_facts.documents(passages(documents_total + 2 * len(facts)), facts, documents_total)
     owner, _ = get_user_model().objects.get_or_create(username="bench-facts")
     collection = services.collection_create(owner=owner, name="Facts")
-    embed = Embedder(model_dir)
     fact_document: dict[int, int] = {}
     began = time.perf_counter()
-    for first in range(0, len(docs), 500):
-        batch = docs[first : first + 500]
-        rows, texts = [], []
-        for i, (text, fact) in enumerate(batch, first):
-            document = Document.objects.create(
-                collection=collection, name=f"doc-{i}.txt", content_hash=f"{i:064d}", text=text,
-                status=Document.Status.READY,
+    rows, texts = [], []
+    for i, (text, fact) in enumerate(docs):
+        document = Document.objects.create(
+            collection=collection, name=f"doc-{i}.txt", content_hash=f"{i:064d}", text=text,
+            status=Document.Status.READY,
+        )  # fmt: skip
+        if fact is not None:
+            fact_document[facts.index(fact)] = document.pk
+        for piece in chunking.pieces(text):
+            rows.append(
+                Chunk(document=document, collection=collection, position=piece.position, text=piece.text,
+                      tokens=piece.tokens, chunker=chunking.chunker_id(), embedding=b"")
             )  # fmt: skip
-            if fact is not None:
-                fact_document[facts.index(fact)] = document.pk
-            for piece in chunking.pieces(text):
-                rows.append(
-                    Chunk(document=document, collection=collection, position=piece.position, text=piece.text,
-                          tokens=piece.tokens, chunker=chunking.chunker_id(), embedding=b"")
-                )  # fmt: skip
-                texts.append(piece.text)
-        for row, vector in zip(rows, embed(texts), strict=True):
-            row.embedding = vector.tobytes()
-        Chunk.objects.bulk_create(rows)
+            texts.append(piece.text)
+    # Embedded once per chunker and corpus, kept under var/bench/ (bench.knowledge_corpus).
+    for row, vector in zip(rows, embedded(texts, model_dir, "facts-chunks"), strict=True):
+        row.embedding = vector.tobytes()
+    Chunk.objects.bulk_create(rows, batch_size=500)
     indexed_s = time.perf_counter() - began
-    question_vectors = embed([f.question for f in facts])
-    modes = {}
+    question_vectors = embedded([f.question for f in facts], model_dir, "facts-questions")
+    halves = _halves(facts)
+    modes, sourced = {}, 0
     for mode in ("vector", "text", "hybrid"):
-        hits = 0
+        hits = set()
         for index, fact in enumerate(facts):
             found = search.passages(
                 question=fact.question, query_vector=question_vectors[index], collection_ids=[collection.pk],
                 top_k=5, mode=mode,
             )  # fmt: skip
-            hits += any(p.document_id == fact_document[index] and fact.statement in p.text for p in found)
-        modes[mode] = {"recall_at_5": round(hits / len(facts), 4), "hits": hits}
+            if any(p.document_id == fact_document[index] and fact.statement in p.text for p in found):
+                hits.add(index)
+            if mode == "hybrid":
+                # What a chat question quotes: the product's top k within the passage budget.
+                quoted = context.new_passages(
+                    found[: settings.KNOWLEDGE_TOP_K], {}, budget=settings.KNOWLEDGE_PASSAGE_TOKENS
+                )
+                sourced += any(p.document_id == fact_document[index] for _, p in quoted)
+        modes[mode] = {
+            "recall_at_5": round(len(hits) / len(facts), 4),
+            "hits": len(hits),
+            **{f"recall_at_5_{half}": round(len(hits & ids) / len(ids), 4) for half, ids in halves.items()},
+        }
         print("facts", mode, modes[mode], flush=True)
-    return {"documents": len(docs), "questions": len(facts), "indexed_s": round(indexed_s, 1), "modes": modes}
+    return {
+        "documents": len(docs),
+        "questions": len(facts),
+        "indexed_s": round(indexed_s, 1),
+        "modes": modes,
+        "sources_hold_document": round(sourced / len(facts), 4),
+        "settings": {
+            name: getattr(settings, name)
+            for name in (
+                "KNOWLEDGE_CANDIDATES",
+                "KNOWLEDGE_MIN_SCORE",
+                "KNOWLEDGE_RRF_K",
+                "KNOWLEDGE_CHUNK_TOKENS",
+                "KNOWLEDGE_CHUNK_OVERLAP",
+                "KNOWLEDGE_TOP_K",
+            )
+        },  # fmt: skip
+    }
 
 
 def _child(options: argparse.Namespace) -> None:
     folder = ROOT / "var" / "bench" / f"knowledge-{options.store}"
-    url, server = _store_url("sqlite" if options.store == "facts" else options.store, folder)
+    url, server = _store_url(
+        "sqlite" if options.store in ("facts", "pdf", "prefix") else options.store, folder
+    )
     try:
         if server is None:  # the bundled pgvector server starts empty
             _fresh_database(url)
@@ -211,11 +254,18 @@ def _child(options: argparse.Namespace) -> None:
         from django.conf import settings
 
         model_dir = settings.EMBEDDING_MODEL
-        result = (
-            run_facts(model_dir, options.documents, options.places)
-            if options.store == "facts"
-            else run_store(options.store, options.sizes, options.widths, model_dir)
-        )
+        if options.store == "pdf":
+            from bench.knowledge_pdf import run_pdf
+
+            result = run_pdf()
+        elif options.store == "prefix":
+            from bench.knowledge_prefix import run_prefix
+
+            result = run_prefix()
+        elif options.store == "facts":
+            result = run_facts(model_dir, options.documents, options.places)
+        else:
+            result = run_store(options.store, options.sizes, options.widths, model_dir)
         Path(options.result).write_text(json.dumps(result))
     finally:
         if server is not None:
@@ -242,8 +292,15 @@ def main() -> dict:
     if options.store:
         _child(options)
         return {}
-    result = {"benchmark": "knowledge", "questions": QUESTIONS, "stores": [], "facts": None}
-    for store in [*options.stores, "facts"]:
+    result = {
+        "benchmark": "knowledge",
+        "questions": QUESTIONS,
+        "stores": [],
+        "facts": None,
+        "pdf": None,
+        "prefix": None,
+    }
+    for store in [*options.stores, "facts", "pdf", "prefix"]:
         out = ROOT / "var" / "bench" / f"knowledge-{store}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         command = [
@@ -253,8 +310,8 @@ def main() -> dict:
         ]
         subprocess.run(command, cwd=ROOT, check=True)
         data = json.loads(out.read_text())
-        if store == "facts":
-            result["facts"] = data
+        if store in ("facts", "pdf", "prefix"):
+            result[store] = data
         else:
             result["stores"].append(data)
     setup()  # the machine's description in the results reads the settings

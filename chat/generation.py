@@ -33,6 +33,7 @@ import orjson
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from redis.exceptions import RedisError
 
@@ -77,8 +78,10 @@ class Generation(AnswerRun):
         owner: ownership.Claim,
         lease: admission.Lease | None = None,
         earlier: list[dict] = (),
+        user: AbstractBaseUser | None = None,
     ):
-        """`earlier`: the token frames an earlier owner wrote, when this one continues the answer."""
+        """`earlier`: the token frames an earlier owner wrote, when this one continues the answer;
+        `user`: the asker, where the caller has them (retrieval reads them by `user_id` otherwise)."""
         super().__init__(
             user_id=user_id,
             engine=engine,
@@ -87,6 +90,7 @@ class Generation(AnswerRun):
             earlier=[frame["text"] for frame in earlier],
         )
         self.turn = turn
+        self.user = user
         self.message_id = turn.assistant_message_id
         # The passages the prompt quoted for this turn's question (chat.retrieval).
         self.sources: list[dict] = []
@@ -135,7 +139,9 @@ class Generation(AnswerRun):
         partial = self.text()
         if partial:
             history = [*history, {"role": "assistant", "content": partial}]
-        retrieved = await retrieval.with_passages(self.turn, user_id=self.user_id, history=history)
+        retrieved = await retrieval.with_passages(
+            self.turn, user=self.user, user_id=self.user_id, history=history
+        )
         history, self.sources = retrieved.history, retrieved.sources
         prompt = await assemble(
             self.turn.system_prompt,
@@ -334,7 +340,7 @@ async def answer_start(
     metrics.turn_stored(time.perf_counter() - storing)
     # Opened before anyone follows it: a leftover stream under a reused id is replaced first.
     owner = await streams.open_stream(r, turn.assistant_message_id, user_id=user.pk, lease=lease.member)
-    generation = Generation(turn, user_id=user.pk, engine=engine, owner=owner, lease=lease)
+    generation = Generation(turn, user_id=user.pk, engine=engine, owner=owner, lease=lease, user=user)
     # A fresh context: code started from a view would otherwise send its ORM calls to
     # a thread of that view's call, which is gone once the view returns.
     contextvars.Context().run(generation.start)

@@ -8,7 +8,8 @@ These views follow that stream and write each frame as an SSE event (docs/store.
     data: {"started": true, "conversation": ..., "message": ..., "user_message": ...}
     id: 0
     data: {"token": "..."}                       one per delta; `id` is its seq
-    data: {"done": true, "conversation": ..., "message": ..., "usage": {...}, "content": ...}
+    data: {"done": true, "conversation": ..., "message": ..., "usage": {...}, "content": ...,
+           "sources": [...]}                  sources: where the question quoted passages
     data: [DONE]
 
 A client that goes away stops reading, not the answer (as over the WebSocket): it resumes
@@ -58,6 +59,7 @@ def _as_event(frame: dict, ids: dict) -> tuple[dict, int | None]:
         "ttft_ms": frame["ttft_ms"],
         "note": frame.get("note", ""),
         "content": frame.get("content", ""),
+        **({"sources": frame["sources"]} if "sources" in frame else {}),
     }, None
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 
 from conversations.turns import Turn
 from inference.client import EngineError
-from inference.engine import embedding_client
 from knowledge import context, quotes, search
 
 log = logging.getLogger(__name__)
@@ -35,45 +36,50 @@ def _question(history: Sequence[dict[str, str]]) -> str:
     return next(m["content"] for m in reversed(history) if m["role"] == "user")
 
 
-def _retrieve(
-    question: str, vector: Sequence[float], collection_ids: list[int], quoted: dict
+def _numbered(
+    found: list[search.Passage], quoted: dict
 ) -> tuple[list[tuple[int, search.Passage]], list[tuple[int, int]]]:
-    found = search.passages(question=question, query_vector=vector, collection_ids=collection_ids)
     numbers = {p.chunk_id: n for rows in quoted.values() for n, new, p in rows if new}
     numbered = context.new_passages(found, numbers, budget=settings.KNOWLEDGE_PASSAGE_TOKENS)
     cited = sorted({(numbers[p.chunk_id], p.chunk_id) for p in found if p.chunk_id in numbers})
     return numbered, cited
 
 
-async def with_passages(turn: Turn, *, user_id: int, history: list[dict[str, str]]) -> Retrieved:
+async def with_passages(
+    turn: Turn, *, user: AbstractBaseUser | None, user_id: int, history: list[dict[str, str]]
+) -> Retrieved:
     """`history` with each user message's quoted passages; the newest question retrieves first if it
-    never has."""
+    never has, from what its asker (`user`, read by `user_id` where the caller has none: an answer
+    taken over from another process) may read now."""
     ids = turn.user_message_ids
     if not ids:
         return Retrieved(history)
     quoted = await database_sync_to_async(quotes.quotes_of)(ids)
     note = ""
     if turn.user_message_id not in quoted:
+        if user is None:
+            user = await get_user_model().objects.aget(pk=user_id)
         collection_ids = await database_sync_to_async(quotes.conversation_collections)(
-            conversation_id=turn.conversation_id, user_id=user_id
+            conversation_id=turn.conversation_id, user=user
         )
         if collection_ids:
-            question = _question(history)
             try:
-                vector = (await embedding_client().aembed([question], priority="query"))[0]
+                found = await search.question_passages(_question(history), collection_ids)
             except EngineError:
                 log.warning(
                     "message %s: no retrieval, the embedding engine is unavailable", turn.user_message_id
                 )
                 note = UNSEARCHED
             else:
-                numbered, cited = await database_sync_to_async(_retrieve)(
-                    question, vector, collection_ids, quoted
-                )
+                numbered, cited = _numbered(found, quoted)
                 await database_sync_to_async(quotes.quotes_store)(
                     message_id=turn.user_message_id, numbered=numbered, cited=cited
                 )
-                quoted = await database_sync_to_async(quotes.quotes_of)(ids)
+                # What was stored, as quotes_of would read it back: by number.
+                by_chunk = {p.chunk_id: p for p in found}
+                stored = [(n, True, p) for n, p in numbered] + [(n, False, by_chunk[c]) for n, c in cited]
+                if stored:
+                    quoted[turn.user_message_id] = sorted(stored, key=lambda row: row[0])
     if not quoted:
         return Retrieved(history, note=note)
     rendered, users = [], iter(ids)

@@ -80,7 +80,7 @@ def _conversation_state(conversation) -> dict:
         if message["id"] in sources:
             message["sources"] = sources[message["id"]]
     detail["collections"] = quotes.conversation_collections(
-        conversation_id=conversation.pk, user_id=conversation.owner_id
+        conversation_id=conversation.pk, user=conversation.owner
     )
     return detail
 

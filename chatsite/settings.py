@@ -583,8 +583,8 @@ KNOWLEDGE_LEASE_SECONDS = env_int("KNOWLEDGE_LEASE_SECONDS", 120, minimum=10)
 # Retrieval: passages a question gets, candidates each search ranks before they are fused, the
 # vector similarity below which a passage is not a match, reciprocal rank fusion's constant.
 KNOWLEDGE_TOP_K = env_int("KNOWLEDGE_TOP_K", 5, minimum=1, maximum=50)
-KNOWLEDGE_CANDIDATES = env_int("KNOWLEDGE_CANDIDATES", 40, minimum=1, maximum=1000)
-KNOWLEDGE_MIN_SCORE = env_float("KNOWLEDGE_MIN_SCORE", 0.2, minimum=-1.0, maximum=1.0)
+KNOWLEDGE_CANDIDATES = env_int("KNOWLEDGE_CANDIDATES", 100, minimum=1, maximum=1000)
+KNOWLEDGE_MIN_SCORE = env_float("KNOWLEDGE_MIN_SCORE", 0.1, minimum=-1.0, maximum=1.0)
 KNOWLEDGE_RRF_K = env_int("KNOWLEDGE_RRF_K", 60, minimum=1)
 # pgvector's HNSW search width (hnsw.ef_search): recall against time.
 KNOWLEDGE_HNSW_EF_SEARCH = env_int("KNOWLEDGE_HNSW_EF_SEARCH", 100, minimum=1, maximum=1000)

@@ -16,15 +16,13 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_init, worker_ready
 from django.conf import settings
-from django.db import DatabaseError
-from redis.exceptions import RedisError
 
+import bulkqueue
 from jobs import claims, runner
 
 log = logging.getLogger(__name__)
 
-# settings.CELERY_TASK_ROUTES sends every task here to this queue.
-BULK_QUEUE = "bulk"
+BULK_QUEUE = bulkqueue.QUEUE
 
 # Set in the worker's main process before the pool forks, so every child of one
 # worker start shares it; a restarted worker gets a new one.
@@ -50,17 +48,8 @@ def _on_worker_ready(sender=None, **kwargs) -> None:
     jobs_recover.delay(hostname, _boot["id"])
 
 
-@shared_task(
-    bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    # The database or Redis briefly away: try the whole run again later; nothing is lost meanwhile.
-    autoretry_for=(DatabaseError, RedisError),
-    retry_backoff=True,
-    max_retries=10,
-    soft_time_limit=settings.BULK_TASK_SOFT_TIME_LIMIT,
-    time_limit=settings.BULK_TASK_TIME_LIMIT,
-)
+# The database or Redis briefly away: the whole run is tried again later; nothing is lost meanwhile.
+@shared_task(bind=True, **bulkqueue.LONG_TASK_OPTIONS)
 def job_run(self, job_id: int) -> str:
     """Work on a job for up to BULK_TASK_SLICE_SECONDS, then queue the rest."""
     hostname = self.request.hostname or "local"
@@ -79,7 +68,7 @@ def job_run(self, job_id: int) -> str:
     return outcome
 
 
-@shared_task(acks_late=True, soft_time_limit=60, time_limit=90)
+@shared_task(**bulkqueue.SHORT_TASK_OPTIONS)
 def jobs_recover(hostname: str, boot: str) -> list[int]:
     """Release what a previous life of this worker held and resume every active job."""
     job_ids = claims.worker_recover(hostname=hostname, boot=boot)

@@ -119,7 +119,9 @@ def documents(request: HttpRequest, collection_id: int) -> HttpResponse:
     """GET: the collection's documents and their progress. POST: multipart `files` (zips too)."""
     user = _user(request)
     if request.method == "GET":
-        return JsonResponse({"documents": selectors.document_summaries(_readable(user, collection_id))})
+        collection = _readable(user, collection_id)
+        page = checked(protocol.DocumentPage, request.GET.dict())
+        return JsonResponse(selectors.document_page(collection, after=page.after, limit=page.limit))
     target = _changeable(user, collection_id)
     # Refused before the body is parsed, as the jobs API does.
     length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -133,7 +135,7 @@ def documents(request: HttpRequest, collection_id: int) -> HttpResponse:
     added = {document.pk for document in result["added"]}
     return JsonResponse(
         {
-            "added": [d for d in selectors.document_summaries(target) if d["id"] in added],
+            "added": selectors.document_summaries(target, ids=added),
             "duplicates": result["duplicates"],
             "failed": [{"name": name, "error": error} for name, error in result["failed"]],
         }
@@ -161,10 +163,7 @@ def collection_search(request: HttpRequest) -> HttpResponse:
     query = asked.query.strip()
     if not query:
         raise Refusal("invalid_field", "'query': say what to search for", param="query")
-    readable = set(selectors.collection_ids_readable(user, asked.collections))
-    for collection_id in asked.collections:
-        if collection_id not in readable:
-            raise Refusal("not_found", f"no such collection: {collection_id}", param="collections")
+    selectors.collection_ids_checked(user, asked.collections)
     rates.search_check(user_id=user.pk)
     vector: list[float] = []
     if asked.mode != "text":

@@ -47,6 +47,17 @@ class IndexerLock:
         await self._redis.expire(self._key, LOCK_SECONDS)
         return True
 
+    async def keep(self) -> None:
+        """Refresh the lock every third of its life while the run goes on, so one slow step (a long
+        read, an embedding batch on a loaded host) does not lose it; a paused process still does."""
+        while True:
+            await asyncio.sleep(LOCK_SECONDS / 3)
+            try:
+                if not await self.refresh():
+                    return
+            except Exception:  # noqa: BLE001 - Redis away: the run's own checks decide
+                log.warning("the indexing lock could not be refreshed", exc_info=True)
+
     async def release(self) -> None:
         if await self._redis.get(self._key) == self._token.encode():
             await self._redis.delete(self._key)
@@ -121,9 +132,11 @@ async def index_collection(*, collection_id: int, worker: str, seconds: float) -
     embedder = embedding_client()
     r = redisconn.new_client()
     lock = IndexerLock(r, collection_id)
+    keeping = None
     try:
         if not await lock.acquire():
             return "running"
+        keeping = asyncio.create_task(lock.keep())
         while time.monotonic() < deadline:
             if not await lock.refresh():
                 return "running"
@@ -138,6 +151,8 @@ async def index_collection(*, collection_id: int, worker: str, seconds: float) -
                 return "engine_unavailable"
         return "continue"
     finally:
+        if keeping is not None:
+            keeping.cancel()
         try:
             await lock.release()
         finally:

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StrictStr
 
-from httpkit.validation import Id, Input, text
+from httpkit.validation import MAX_ID, Id, Input, text
 from knowledge.quotes import MAX_COLLECTIONS as CONVERSATION_MAX_COLLECTIONS
 from knowledge.services import DESCRIPTION_MAX, NAME_MAX
 
@@ -14,6 +14,9 @@ QUERY_MAX_CHARS = 2000
 # Collections one search or one conversation may name, and groups one collection may be shared with.
 SEARCH_MAX_COLLECTIONS = 100
 GROUPS_MAX = 100
+# Documents one page of a collection's list holds: by default, and at most.
+DOCUMENTS_PAGE = 100
+DOCUMENTS_PAGE_MAX = 500
 
 Visibility = Annotated[
     Literal["private", "groups", "site"], Field(description="'{param}' must be private, groups or site")
@@ -70,3 +73,14 @@ class ConversationCollections(_Body):
         Field(max_length=CONVERSATION_MAX_COLLECTIONS,
               description=f"'{{param}}' must list at most {CONVERSATION_MAX_COLLECTIONS} collection ids"),
     ]  # fmt: skip
+
+
+class DocumentPage(_Body):
+    """`GET .../documents/?after=ID&limit=N`: the documents after id `after`, oldest first."""
+
+    after: Annotated[int, Field(ge=0, le=MAX_ID, description="'{param}' must be a document id (or 0)")] = 0
+    limit: Annotated[
+        int,
+        Field(ge=1, le=DOCUMENTS_PAGE_MAX,
+              description=f"'{{param}}' must be an integer from 1 to {DOCUMENTS_PAGE_MAX}"),
+    ] = DOCUMENTS_PAGE  # fmt: skip

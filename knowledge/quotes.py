@@ -7,24 +7,24 @@ so every later prompt of the conversation is rebuilt with the same passages and 
 
 from collections.abc import Iterable, Sequence
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from httpkit.errors import Refusal
 from knowledge.models import Collection, Quote
 from knowledge.search import Passage
-from knowledge.selectors import collection_ids_readable
+from knowledge.selectors import collection_ids_checked, collection_ids_readable
 
 # Collections one conversation may retrieve from at once.
 MAX_COLLECTIONS = 20
 
 
-def conversation_collections(*, conversation_id: int, user_id: int) -> list[int]:
-    """The conversation's collections its owner may read now."""
+def conversation_collections(*, conversation_id: int, user: AbstractBaseUser) -> list[int]:
+    """The conversation's collections its owner, `user`, may read now (their groups as they are now)."""
     attached = list(Collection.objects.filter(conversations=conversation_id).values_list("pk", flat=True))
     if not attached:
         return []
-    return collection_ids_readable(get_user_model().objects.get(pk=user_id), attached)
+    return collection_ids_readable(user, attached)
 
 
 def conversation_collections_set(*, conversation_id: int, user, collection_ids: Sequence[int]) -> list[int]:
@@ -33,10 +33,7 @@ def conversation_collections_set(*, conversation_id: int, user, collection_ids: 
     wanted = list(dict.fromkeys(collection_ids))
     if len(wanted) > MAX_COLLECTIONS:
         raise Refusal("invalid_field", f"a conversation retrieves from at most {MAX_COLLECTIONS} collections")
-    readable = collection_ids_readable(user, wanted)
-    missing = [pk for pk in wanted if pk not in readable]
-    if missing:
-        raise Refusal("not_found", "no such collection", collection=missing[0])
+    collection_ids_checked(user, wanted)
     through = Collection.conversations.through
     with transaction.atomic():
         through.objects.filter(conversation_id=conversation_id).delete()

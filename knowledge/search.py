@@ -9,8 +9,10 @@ A passage found only by vector below KNOWLEDGE_MIN_SCORE is no match.
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from channels.db import database_sync_to_async
 from django.conf import settings
 
+from inference.engine import embedding_client
 from knowledge import fulltext, vectors
 from knowledge.models import Chunk
 
@@ -90,3 +92,12 @@ def passages(
         for pk in best
         if pk in rows
     ]
+
+
+async def question_passages(question: str, collection_ids: Sequence[int]) -> list[Passage]:
+    """The best passages for a question asked in a chat or through the API: embedded at query priority,
+    then searched (hybrid). EngineError while the embedding engine does not answer."""
+    vector = (await embedding_client().aembed([question], priority="query"))[0]
+    return await database_sync_to_async(passages)(
+        question=question, query_vector=vector, collection_ids=collection_ids
+    )

@@ -1,8 +1,11 @@
 """Reads: the collections a user may read or change, their summaries and their documents' progress."""
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Q, QuerySet, Sum
 
+from httpkit.errors import Refusal
 from knowledge.models import Collection, Document
 
 
@@ -21,6 +24,16 @@ def collection_ids_readable(user: AbstractBaseUser, wanted: list[int]) -> list[i
     """Those of `wanted` the user may read, in the order asked."""
     allowed = set(collections_readable(user).filter(pk__in=wanted).values_list("pk", flat=True))
     return [pk for pk in wanted if pk in allowed]
+
+
+def collection_ids_checked(user: AbstractBaseUser, wanted: list[int]) -> list[int]:
+    """`wanted`, each of which the user may read; `not_found` naming the first they may not, byte for
+    byte as an id that does not exist (never dropped silently)."""
+    readable = collection_ids_readable(user, wanted)
+    missing = [pk for pk in wanted if pk not in readable]
+    if missing:
+        raise Refusal("not_found", f"no such collection: {missing[0]}", param="collections")
+    return readable
 
 
 def collection_progress(collection: Collection) -> dict:
@@ -99,6 +112,19 @@ DOCUMENT_FIELDS = (
 )  # fmt: skip
 
 
-def document_summaries(collection: Collection) -> list[dict]:
-    """The collection's documents, oldest first, without their bytes or text."""
-    return list(collection.documents.order_by("id").values(*DOCUMENT_FIELDS))
+def document_summaries(
+    collection: Collection, *, after: int = 0, limit: int | None = None, ids: Iterable[int] | None = None
+) -> list[dict]:
+    """The collection's documents after id `after` (or those of `ids`), oldest first (at most `limit`),
+    without their bytes or text."""
+    rows = collection.documents.filter(pk__gt=after).order_by("id").values(*DOCUMENT_FIELDS)
+    if ids is not None:
+        rows = rows.filter(pk__in=list(ids))
+    return list(rows if limit is None else rows[:limit])
+
+
+def document_page(collection: Collection, *, after: int, limit: int) -> dict:
+    """One page of the collection's documents, and the `after` of the next page (None on the last)."""
+    documents = document_summaries(collection, after=after, limit=limit + 1)
+    more = len(documents) > limit
+    return {"documents": documents[:limit], "next": documents[limit - 1]["id"] if more else None}

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from documents.uploads import SUFFIXES
-from knowledge import selectors
+from knowledge import protocol, selectors
 
 
 # The page's script sends the CSRF cookie's token with each change.
@@ -27,5 +27,7 @@ def collections_page(request: HttpRequest) -> HttpResponse:
         else [],
         "max_upload_bytes": settings.BULK_MAX_UPLOAD_BYTES,
         "accept": ",".join(sorted(SUFFIXES)),
+        "documents_page": protocol.DOCUMENTS_PAGE,
+        "documents_page_max": protocol.DOCUMENTS_PAGE_MAX,
     }
     return render(request, "knowledge/collections.html", {"initial": initial})

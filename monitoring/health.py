@@ -1,10 +1,12 @@
 """Health for load balancers, orchestrators and people.
 
-- `/healthz`: the state of everything a chat needs; 200 only when all of it is up.
+- `/healthz`: the state of everything a chat needs, the embedding engine that questions of
+  collections are embedded by included; 200 only when all of it is up.
 - `/healthz/live`: the web process answers (liveness: restart it when this fails).
 - `/healthz/ready`: the web process can serve pages, history and the store API: its database
-  and Redis answer (readiness). The engine is reported, not required: with the engine down the
-  site still serves everything but new answers, which are refused with a time to retry.
+  and Redis answer (readiness). The engines are reported, not required: with the engine down the
+  site still serves everything but new answers, which are refused with a time to retry; with the
+  embedding engine down, questions are answered without passages, and say so.
 
 Anyone gets the status and its HTTP code; the state of each part only a caller who may read
 monitoring details (monitoring.access): a failure is named by its kind, never by its message
@@ -22,7 +24,7 @@ from django.http import HttpRequest, JsonResponse
 import redisconn
 from answers.drain import draining
 from inference import state as engine_state
-from inference.engine import engine_client, engine_health
+from inference.engine import embedding_health, engine_client, engine_health
 from monitoring.access import may_read_health_details
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ def _engine() -> str:
     return engine_state.waiting_detail(engine_state.read()) or health
 
 
-CHECKS = {"database": _database, "redis": _redis, "engine": _engine}
+CHECKS = {"database": _database, "redis": _redis, "engine": _engine, "embedding_engine": embedding_health}
 
 
 def _checked(part: str) -> str:
@@ -99,5 +101,5 @@ def ready(request: HttpRequest) -> JsonResponse:
         return _answer(request, "draining", 503, {})
     checks = {part: _checked(part) for part in ("database", "redis")}
     serving = all(state == "ok" for state in checks.values())
-    details = {**checks, "engine": _checked("engine")}
+    details = {**checks, "engine": _checked("engine"), "embedding_engine": _checked("embedding_engine")}
     return _answer(request, "ok" if serving else "unavailable", 200 if serving else 503, details)

@@ -26,7 +26,8 @@ from pydantic import (
 )
 
 from httpkit.errors import ERRORS, Refusal
-from httpkit.validation import Input, MaxTokens, MinTokens, Temperature, checked, null_is, refuse
+from httpkit.validation import Id, Input, MaxTokens, MinTokens, Temperature, checked, null_is, refuse
+from knowledge.quotes import MAX_COLLECTIONS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # Fields that ask for what the product does not do: refused unless set to their "off" value.
@@ -176,6 +177,10 @@ class ChatCompletionRequest(Input):
     seed: StrictInt | None = Field(None, description="'seed' must be an integer")
     stop: Stops | None = Field(
         None, description="'stop' must be a non-empty string or an array of up to 4 of them"
+    )
+    # The product's extension: the knowledge collections the last user message retrieves from.
+    collections: Annotated[list[Id], Field(min_length=1, max_length=MAX_COLLECTIONS)] | None = Field(
+        None, description=f"'collections' must list 1 to {MAX_COLLECTIONS} collection ids"
     )
 
     @model_validator(mode="before")
@@ -348,7 +353,10 @@ def usage(prompt_tokens: int | None, cached_tokens: int | None, completion_token
     }
 
 
-def completion(*, id: str, created: int, model: str, text: str, finish_reason: str, usage: dict) -> dict:
+def completion(
+    *, id: str, created: int, model: str, text: str, finish_reason: str, usage: dict, **extra
+) -> dict:
+    """A whole completion; `extra` the product's own fields (`sources`)."""
     return {
         "id": id,
         "object": "chat.completion",
@@ -363,6 +371,7 @@ def completion(*, id: str, created: int, model: str, text: str, finish_reason: s
             }
         ],
         "usage": usage,
+        **extra,
     }
 
 

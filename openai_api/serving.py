@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import orjson
 import redis.asyncio as aioredis
@@ -35,7 +36,8 @@ from answers.run import AnswerRun, cache_salt_for
 from answers.status import AnswerStatus
 from conversations import exchanges
 from httpkit.errors import Refusal
-from inference.client import ChatRequest, Completion, EngineClient, TextDelta
+from inference.client import ChatRequest, Completion, EngineClient, EngineError, TextDelta
+from knowledge import context, quotes, search, selectors
 from openai_api import protocol
 from usage.models import UsageDay
 from usage.services import usage_check, usage_record
@@ -68,11 +70,15 @@ class ApiAnswer(AnswerRun):
         owner: ownership.Claim,
         lease: admission.Lease,
         answer_id: str,
+        quoted: "Quoted | None" = None,
     ):
         super().__init__(user_id=user.pk, engine=engine, owner=owner, lease=lease)
         self.id = answer_id
         self.created = int(time.time())
         self.chat = chat
+        # What the engine gets: the client's messages, the last question with its quoted passages.
+        self.messages = quoted.messages if quoted else chat.messages
+        self.sources = quoted.sources if quoted else None
         self._user = user
         self.events: asyncio.Queue[TextDelta | Completion | Refusal] = asyncio.Queue()
 
@@ -89,7 +95,7 @@ class ApiAnswer(AnswerRun):
 
     async def request(self) -> ChatRequest:
         return ChatRequest(
-            messages=self.chat.messages,
+            messages=self.messages,
             max_tokens=self.chat.max_tokens,
             min_tokens=self.chat.min_tokens,
             temperature=self.chat.temperature,
@@ -139,12 +145,40 @@ class ApiAnswer(AnswerRun):
             )
 
 
+@dataclass(frozen=True)
+class Quoted:
+    """The client's messages with the passages its `collections` give quoted in the last user message
+    (knowledge.context), and those passages as the response names them (`sources`)."""
+
+    messages: list[dict[str, str]]
+    sources: list[dict]
+
+
+async def quoted(user: AbstractBaseUser, chat: protocol.ChatCompletionRequest) -> Quoted:
+    """Retrieve for the last user message from the collections the request names; `not_found` for
+    one the user may not read, `engine_unavailable` while the embedding engine does not answer."""
+    wanted = list(dict.fromkeys(chat.collections))
+    readable = await database_sync_to_async(selectors.collection_ids_checked)(user, wanted)
+    last = max(i for i, message in enumerate(chat.messages) if message["role"] == "user")
+    question = chat.messages[last]["content"]
+    try:
+        found = await search.question_passages(question, readable)
+    except EngineError:
+        detail = "The embedding engine is not answering, so the collections could not be searched."
+        raise Refusal("engine_unavailable", detail) from None
+    numbered = context.new_passages(found, {}, budget=settings.KNOWLEDGE_PASSAGE_TOKENS)
+    messages = list(chat.messages)
+    messages[last] = {"role": "user", "content": context.user_content(question, numbered, [])}
+    return Quoted(messages, [quotes.source_as_dict(n, p) for n, p in numbered])
+
+
 async def answer_start(
     *, user: AbstractBaseUser, chat: protocol.ChatCompletionRequest, engine: EngineClient
 ) -> ApiAnswer:
     """Admit and start an answer; Refusal `quota_exceeded` when the user's daily quota is spent,
-    `busy` when admission control is full (or this process drains)."""
+    `busy` when admission control is full (or this process drains), and a refusal of `quoted`."""
     await database_sync_to_async(usage_check)(user=user)
+    passages = await quoted(user, chat) if chat.collections else None
     r = redisconn.client()
     lease = await admission.admit_answer(r, user_id=user.pk)
     answer_id = protocol.completion_id()
@@ -156,7 +190,9 @@ async def answer_start(
             pipe, ownership.API_PREFIX + answer_id, user_id=user.pk, lease=lease.member, **record
         )
         await pipe.execute()
-    answer = ApiAnswer(user=user, chat=chat, engine=engine, owner=owner, lease=lease, answer_id=answer_id)
+    answer = ApiAnswer(
+        user=user, chat=chat, engine=engine, owner=owner, lease=lease, answer_id=answer_id, quoted=passages
+    )
     # A fresh context: the task outlives the view's call, whose thread its ORM calls would use.
     contextvars.Context().run(answer.start)
     return answer

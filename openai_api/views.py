@@ -72,8 +72,14 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             text="".join(parts),
             finish_reason=event.finish_reason,
             usage=protocol.usage(event.prompt_tokens, event.cached_tokens, event.completion_tokens),
+            **_sources(answer),
         )
     )
+
+
+def _sources(answer: serving.ApiAnswer) -> dict:
+    """The passages the prompt quoted, where the request named collections (docs/openai-api.md)."""
+    return {} if answer.sources is None else {"sources": answer.sources}
 
 
 @openai_errors
@@ -121,7 +127,8 @@ async def _chunks(answer: serving.ApiAnswer, first: TextDelta | Completion) -> A
         if isinstance(event, Refusal):
             yield sse_event(protocol.error_body(event))
         else:
-            yield sse_event(protocol.chunk(**ids, delta={}, finish_reason=event.finish_reason, **nothing))
+            closing = {"finish_reason": event.finish_reason, **nothing, **_sources(answer)}
+            yield sse_event(protocol.chunk(**ids, delta={}, **closing))
             if chat.include_usage:
                 figures = protocol.usage(event.prompt_tokens, event.cached_tokens, event.completion_tokens)
                 yield sse_event(protocol.chunk(**ids, delta=None, usage=figures))

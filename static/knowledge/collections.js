@@ -1,7 +1,8 @@
 // The collections page: make a collection, upload documents to it, watch each being read and indexed
 // (a progress bar per collection, a status per document, and why one failed), delete a document or a
 // collection, and share one (staff). Everything goes through the collections API with the session;
-// while documents wait or are read, the page polls their collections.
+// while documents wait or are read, the page polls their collections. A collection shows its first page of
+// documents, and "Show more documents" adds a page.
 import { csrfToken } from "../frontend/http.js";
 import { icon, iconButton } from "../frontend/icons.js";
 
@@ -173,7 +174,7 @@ function mount(summary) {
   const title = element("h2");
   title.id = headingId;
   head.append(icon("library-big"), title);
-  const view = { section, title, rows: new Map(), summary };
+  const view = { section, title, rows: new Map(), summary, wanted: initial.documents_page };
   view.about = element("p", "collection-about");
   view.bar = element("progress");
   view.bar.setAttribute("aria-label", "Documents read of " + summary.name);
@@ -204,17 +205,38 @@ function mount(summary) {
     section.append(tools);
     if (initial.staff) section.append(shareForm(view));
   }
-  section.append(view.status, view.table);
+  view.more = element("button", "secondary more-documents", "Show more documents");
+  view.more.type = "button";
+  view.more.hidden = true;
+  view.more.addEventListener("click", () => {
+    view.wanted += initial.documents_page;
+    refresh(view).catch((error) => say(view, error.message));
+  });
+  section.append(view.status, view.table, view.more);
   showSummary(view, summary);
   shown.set(summary.id, view);
   list.append(section);
   return view;
 }
 
+// The first `view.wanted` documents, a page at a time, and whether more follow.
+async function documentsOf(view) {
+  const documents = [];
+  let after = 0;
+  while (after !== null && documents.length < view.wanted) {
+    const limit = Math.min(view.wanted - documents.length, initial.documents_page_max);
+    const page = await call("GET", api(view.summary.id, "documents/?after=" + after + "&limit=" + limit));
+    documents.push(...page.documents);
+    after = page.next;
+  }
+  return { documents, more: after !== null };
+}
+
 async function refresh(view) {
-  const [summary, docs] = await Promise.all([call("GET", api(view.summary.id)), call("GET", api(view.summary.id, "documents/"))]);
+  const [summary, docs] = await Promise.all([call("GET", api(view.summary.id)), documentsOf(view)]);
   showSummary(view, summary);
   showDocuments(view, docs.documents);
+  view.more.hidden = !docs.more;
 }
 
 // Poll the collections still indexing, one round after another, until none is.

@@ -25,7 +25,7 @@ def amy():
 
 
 def attached(conversation_id: int, user) -> list[int]:
-    return quotes.conversation_collections(conversation_id=conversation_id, user_id=user.pk)
+    return quotes.conversation_collections(conversation_id=conversation_id, user=user)
 
 
 def conversation_id(page) -> int:

@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from knowledge import services
 from knowledge.models import Collection, Document
+from knowledge.protocol import DOCUMENTS_PAGE
 from tests.support.browser import log_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
@@ -66,3 +67,23 @@ def test_a_failed_document_says_why_and_a_reader_gets_no_buttons_to_change(page,
     expect(section.locator(".collection-counts")).to_have_text("0 of 1 documents ready · 1 failed")
     assert section.locator("button, input[type=file]").count() == 0
     assert Collection.objects.count() == 1
+
+
+def test_a_long_collection_shows_a_page_of_documents_and_more_on_request(page, product_server):
+    owner = get_user_model().objects.create_user("lib", password="pw-lib-1234567")
+    shelf = services.collection_create(owner=owner, name="Archive")
+    Document.objects.bulk_create(
+        Document(
+            collection=shelf, name=f"memo-{n:03}.txt", content_hash=f"{n:064x}", size=10, text="memo",
+            status=Document.Status.READY,
+        )
+        for n in range(DOCUMENTS_PAGE + 1)
+    )  # fmt: skip
+    log_in(page, product_server, "lib", "pw-lib-1234567", "/accounts/login/?next=/collections/")
+    section = page.locator("section.collection", has_text="Archive")
+    expect(section.locator("tbody tr")).to_have_count(DOCUMENTS_PAGE)
+    expect(section.locator("tbody tr").last).to_contain_text(f"memo-{DOCUMENTS_PAGE - 1:03}.txt")
+    section.get_by_role("button", name="Show more documents").click()
+    expect(section.locator("tbody tr")).to_have_count(DOCUMENTS_PAGE + 1)
+    expect(section.locator("tbody tr").last).to_contain_text(f"memo-{DOCUMENTS_PAGE:03}.txt")
+    expect(section.get_by_role("button", name="Show more documents")).to_be_hidden()

@@ -287,10 +287,31 @@ def test_it_deletes_a_document_and_a_collection(people, shelf):
     # A document of another collection is not found through this one.
     assert owner.delete(base + f"documents/{other.pk}/").status_code == 404
     assert owner.delete(base + f"documents/{document.pk}/").status_code == 204
-    assert owner.get(base + "documents/").json() == {"documents": []}
+    assert owner.get(base + "documents/").json() == {"documents": [], "next": None}
     assert owner.delete(base).status_code == 204
     assert owner.get(base).status_code == 404
     assert Document.objects.filter(pk=other.pk).exists()
+
+
+def test_it_pages_a_collections_documents_oldest_first(people, shelf):
+    collection = shelf["private"]
+    services.documents_add(
+        collection=collection, uploads=[upload(f"note-{n}.txt", f"Note number {n}.") for n in range(4)]
+    )
+    everything = list(collection.documents.order_by("id").values_list("name", flat=True))
+    owner = session(people["owner"])
+    url = f"/api/collections/{collection.pk}/documents/"
+    pages, after = [], 0
+    while after is not None:
+        page = owner.get(url, {"after": after, "limit": 2}).json()
+        pages.append([d["name"] for d in page["documents"]])
+        after = page["next"]
+    assert pages == [everything[0:2], everything[2:4], everything[4:5]]
+    assert [d["name"] for d in owner.get(url).json()["documents"]] == everything
+    for bad in ({"limit": 0}, {"limit": 501}, {"after": "x"}, {"page": 2}):
+        assert code(owner.get(url, bad)) == (400, "invalid_field"), bad
+    # A collection the user may not read is not found, whatever the query.
+    assert code(session(people["stranger"]).get(url, {"limit": 0})) == (404, "not_found")
 
 
 @pytest.mark.django_db(transaction=True)

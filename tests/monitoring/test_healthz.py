@@ -8,7 +8,7 @@ from monitoring import health
 pytestmark = pytest.mark.django_db
 
 
-def test_it_is_ok_when_database_redis_and_engine_are_up(client, engine_url, settings):
+def test_it_is_ok_when_database_redis_and_both_engines_are_up(client, engine_url, embedding_engine, settings):
     settings.INFERENCE_URL = engine_url
     response = client.get("/healthz")
     assert response.status_code == 200
@@ -17,8 +17,23 @@ def test_it_is_ok_when_database_redis_and_engine_are_up(client, engine_url, sett
         "database": "ok",
         "redis": "ok",
         "engine": "ok",
+        "embedding_engine": "ok",
         "engine_circuit": "closed",
     }
+
+
+def test_it_names_the_embedding_engine_when_it_is_down_and_stays_ready(
+    client, engine_url, embedding_engine, settings
+):
+    settings.INFERENCE_URL = engine_url
+    settings.EMBEDDING_URL = "http://127.0.0.1:1"
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["engine"]) == ("degraded", "ok")
+    assert body["embedding_engine"].startswith("error")
+    ready = client.get("/healthz/ready")
+    assert ready.status_code == 200 and ready.json()["embedding_engine"].startswith("error")
 
 
 def test_it_is_unavailable_and_names_the_engine_when_the_engine_is_down(client, settings):

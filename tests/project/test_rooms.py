@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 FLOORS: list[tuple[str, ...]] = [
-    # What every room shares: HTTP refusals/JSON/SSE, documents, per-loop state, logs, processes.
-    ("logcontext", "eventloops", "harness", "httpkit", "documents"),
+    # What every room shares: HTTP refusals/JSON/SSE, documents, per-loop state, logs, processes, and
+    # the bulk queue's task options.
+    ("logcontext", "eventloops", "harness", "httpkit", "documents", "bulkqueue"),
     # Redis, as every room reaches it.
     ("redisconn",),
     # Who: users and their audit trail.

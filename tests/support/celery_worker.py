@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import redis
 from django.conf import settings
@@ -39,8 +40,13 @@ class CeleryWorker:
     """`celery -A chatsite worker` on the test database, as `make run` starts it, in its own
     process group so a test can SIGKILL all of it at once, the way a lost machine ends it."""
 
-    def __init__(self, engine_url: str, **env: str) -> None:
+    def __init__(self, engine_url: str, *, beat_schedule: Path | None = None, **env: str) -> None:
+        """`beat_schedule`: the worker runs beat too (`--beat`), keeping its schedule in that file."""
         self.env = product_env(engine_url, **env)
+        self.args = [
+            *CELERY_WORKER_ARGS,
+            *(["--beat", "--schedule", str(beat_schedule)] if beat_schedule else []),
+        ]
         self.log_path = LOGS / "test-celery.log"
         self.log_path.write_text("")
         self.process: subprocess.Popen | None = None
@@ -50,7 +56,7 @@ class CeleryWorker:
         offset = self.log_path.stat().st_size
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "celery", *CELERY_WORKER_ARGS],
+                [sys.executable, "-m", "celery", *self.args],
                 cwd=ROOT,
                 env=self.env,
                 stdout=log,

@@ -1,0 +1,118 @@
+"""Indexing survives its worker and Redis killed together (SIGKILL) mid-collection: a real Celery worker
+(with beat, whose sweep queues again what the lost tasks left) on a Redis of its own, and the real
+embedding engine, whose own counter of texts embedded shows that no stored passage was embedded twice."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db.models import F, Sum
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness.processes import ROOT, free_port, redis_answers
+from harness.waiting import wait_for
+from knowledge import services
+from knowledge.models import Chunk, Document
+from tests.support.celery_worker import CeleryWorker, purge_broker
+from tests.support.jobs_corpus import report
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
+
+DOCUMENTS = 24
+BATCH = 8
+
+
+def texts_embedded() -> int:
+    """The embedding engine's own count of texts it embedded, every lane."""
+    headers = {"Authorization": f"Bearer {settings.INFERENCE_API_KEY}"} if settings.INFERENCE_API_KEY else {}
+    text = httpx.get(settings.EMBEDDING_URL + "/metrics", headers=headers, timeout=10).text
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "embedding_texts"
+            for sample in family.samples
+            if sample.name == "embedding_texts_total"
+        )
+    )
+
+
+def start_redis(url: str) -> subprocess.Popen:
+    """The bundled Redis as `make run` starts it, in a process group of its own to SIGKILL."""
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "runredis"],
+        cwd=ROOT,
+        env={**os.environ, "REDIS_URL": url},
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_for(lambda: redis_answers(url), 30, f"Redis at {url}")
+    return process
+
+
+def kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(10)
+
+
+def test_no_document_is_lost_or_embedded_twice_when_the_worker_and_redis_are_killed(tmp_path, alice):
+    port = free_port()
+    redis_url = f"redis://:kill-{free_port()}@127.0.0.1:{port}/0"
+    data = Path(os.environ.get("DATA_DIR") or ROOT / "var") / f"redis-{port}"  # where runredis keeps it
+    redis_process = start_redis(redis_url)
+    worker = CeleryWorker(
+        "http://127.0.0.1:1",  # no chat engine: indexing needs only the embedding engine
+        beat_schedule=tmp_path / "beat-schedule",
+        REDIS_URL=redis_url,
+        KNOWLEDGE_SWEEP_SECONDS="2",
+        KNOWLEDGE_LEASE_SECONDS="10",
+        KNOWLEDGE_EMBED_BATCH=str(BATCH),
+    )
+    before = texts_embedded()
+    collection = services.collection_create(owner=alice, name="Reports")
+    uploads = [
+        SimpleUploadedFile(f"report-{i}.txt", report(400 + i, sentences=24).encode())
+        for i in range(DOCUMENTS)
+    ]
+    services.documents_add(collection=collection, uploads=uploads)
+    purge_broker()  # the upload's task went to the suite's Redis: the sweep finds the collection instead
+    try:
+        worker.start()
+        stored = lambda: Chunk.objects.filter(collection=collection).count()  # noqa: E731
+        # Killed with several batches stored and documents left: a run that embedded them again would show.
+        wait_for(lambda: stored() >= 3 * BATCH, 300, "passages stored")
+        worker.kill()
+        kill(redis_process)
+        shutil.rmtree(data, ignore_errors=True)  # a Redis that lost everything: no task, no lock survives
+        stored_at_kill = stored()
+        assert Document.objects.filter(collection=collection).exclude(status="ready").exists()
+
+        redis_process = start_redis(redis_url)
+        worker.start()
+        wait_for(
+            lambda: not Document.objects.filter(collection=collection).exclude(status="ready").exists(),
+            300,
+            "every document ready",
+        )
+    finally:
+        worker.stop()
+        kill(redis_process)
+        shutil.rmtree(data, ignore_errors=True)
+
+    documents = Document.objects.filter(collection=collection)
+    assert documents.count() == DOCUMENTS
+    assert not documents.exclude(chunks_done=F("chunks_total")).exists()
+    total = documents.aggregate(n=Sum("chunks_total"))["n"]
+    assert Chunk.objects.filter(collection=collection).count() == total > stored_at_kill
+    embedded = texts_embedded() - before
+    # Every passage once, and at most the one batch in flight when the worker died again; embedding what
+    # was stored before the kill again would add at least 3 batches.
+    assert total <= embedded <= total + BATCH, (embedded, total, stored_at_kill)
