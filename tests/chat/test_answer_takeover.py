@@ -78,7 +78,7 @@ async def test_exactly_one_of_two_processes_claims_a_stale_answer_and_the_old_ow
 async def test_a_dead_processs_answer_is_continued_by_one_scanner_gaplessly_and_stored_whole(alice):
     gate = asyncio.Event()
     dead, _ = await running_answer(alice, ["One, ", "two, ", gate], hang=True)
-    assert await until(lambda: dead.seq == 2, 10)
+    assert len([f async for f in _until_tokens(dead.frames_after(-1), 2)]) == 2  # written
     await died(dead)
     engines = [FakeEngine(["three, ", "four."]), FakeEngine(["three, ", "four."])]
     r, other = redis_client(), aioredis.Redis.from_url(settings.REDIS_URL)
@@ -106,7 +106,7 @@ async def test_an_answer_that_cannot_be_continued_ends_with_an_error_frame_and_i
 ):
     settings.CHAT_ENGINE_RESUME_SECONDS = 0  # no waiting for the engine to come back
     dead, _ = await running_answer(alice, ["Half "], hang=True)
-    assert await until(lambda: dead.seq == 1, 10)
+    assert len([f async for f in _until_tokens(dead.frames_after(-1), 1)]) == 1  # written
     await died(dead)
     down = FakeEngine(fail_with=EngineError("no engine", code="engine_unavailable"))
     [continued] = await takeover.scan(redis_client(), down)
@@ -169,7 +169,7 @@ async def test_a_follower_of_an_answer_no_process_continues_ends_within_seconds(
     settings.CHAT_TAKEOVER_AFTER_SECONDS = 0.5
     monkeypatch.setattr(generation_module, "TAKEOVER_GRACE", 0.5)
     dead, _ = await running_answer(alice, ["Left "], hang=True)
-    assert await until(lambda: dead.seq == 1, 10)
+    assert len([f async for f in _until_tokens(dead.frames_after(-1), 1)]) == 1  # written
     # Stale for this test's 0.5 s, not yet for the 6 s of the suite's own web process (the browser
     # tests' daphne, on the same Redis and database), whose scan would otherwise continue the answer
     # with the real engine before this follower gave up on it.
