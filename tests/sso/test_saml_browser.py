@@ -12,6 +12,7 @@ from harness.processes import daphne_running
 from harness.waiting import wait_for
 from redisconn import keys
 from tests.support import saml as support
+from tests.support.browser import sign_in_at_provider
 from tests.support.product import LOGS, product_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,16 +34,14 @@ def saml_product(django_db_setup, saml_idp):
 def test_it_signs_in_with_the_identity_provider_and_single_logout_closes_the_socket(
     page, saml_product, saml_idp
 ):
-    page.goto(saml_product + "/accounts/login/")
-    with page.expect_navigation():
-        page.click("text=Sign in with Acme SAML")
-    assert page.url.startswith(saml_idp.base + "/sso/redirect?SAMLRequest=")
-    page.fill("input[name=username]", "dave")
-    page.fill("input[name=password]", "dave-pw")
-    with page.expect_websocket(lambda socket: socket.url.endswith("/ws/chat/"), timeout=30_000) as opened:
-        with page.expect_navigation(url=saml_product + "/"):
-            page.click("text=Sign in")
-    socket = opened.value
+    socket = sign_in_at_provider(
+        page,
+        saml_product,
+        button="text=Sign in with Acme SAML",
+        form_at=saml_idp.base + "/sso/redirect?SAMLRequest=",
+        fields={"input[name=username]": "dave", "input[name=password]": "dave-pw"},
+        submit="text=Sign in",
+    )
     dave = get_user_model().objects.get(email="dave@example.com")
     assert set(dave.groups.values_list("name", flat=True)) == {"staff"} and dave.is_staff
     wait_for(

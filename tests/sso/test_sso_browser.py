@@ -12,6 +12,7 @@ from harness.processes import daphne_running
 from harness.waiting import wait_for
 from redisconn import keys
 from tests.sso.conftest import product_variables
+from tests.support.browser import sign_in_at_provider
 from tests.support.product import LOGS, product_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,16 +36,14 @@ def test_it_signs_in_with_the_provider_and_a_backchannel_logout_closes_the_socke
     oidc_provider.set_user(
         "sam", password="pw-sam", email="sam@example.com", groups=["llm-large", "chat-admins"]
     )
-    page.goto(sso_product + "/accounts/login/")
-    with page.expect_navigation():
-        page.click("text=Sign in with Test provider")
-    assert page.url.startswith(oidc_provider.base + "/login/")
-    page.fill("#provider-username", "sam")
-    page.fill("#provider-password", "pw-sam")
-    with page.expect_websocket(lambda socket: socket.url.endswith("/ws/chat/"), timeout=30_000) as opened:
-        with page.expect_navigation(url=sso_product + "/"):
-            page.click("text=Sign in at the provider")
-    socket = opened.value
+    socket = sign_in_at_provider(
+        page,
+        sso_product,
+        button="text=Sign in with Test provider",
+        form_at=oidc_provider.base + "/login/",
+        fields={"#provider-username": "sam", "#provider-password": "pw-sam"},
+        submit="text=Sign in at the provider",
+    )
     sam = get_user_model().objects.get(email="sam@example.com")
     assert set(sam.groups.values_list("name", flat=True)) == {"large-model", "staff"} and sam.is_staff
     account = SocialAccount.objects.get(user=sam)
