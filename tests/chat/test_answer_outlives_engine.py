@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 
 from chat import streams
 from chat.generation import Generation, _quiet, follow
+from chat.http_stream import _as_event
 from conversations import turns
 from conversations.models import Message
 from harness.waiting import until
@@ -126,8 +127,6 @@ async def test_a_notice_reaches_readers_here_and_an_http_stream(alice):
     owner = await streams.open_stream(redis_client(), turn.assistant_message_id, user_id=alice.pk)
     generation = Generation(turn, user_id=alice.pk, engine=engine, owner=owner)
     generation.start()
-    from chat.http_stream import _as_event
-
     seen = []
     async for frame in follow(turn.assistant_message_id):
         seen.append(frame)
