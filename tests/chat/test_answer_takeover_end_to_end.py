@@ -54,6 +54,7 @@ class Reader:
     ws: object = None
     arrivals: list[float] = field(default_factory=list)
     cookie: str = ""
+    notices: list[str] = field(default_factory=list)
 
     def ask(self, content: str, tokens: int = ANSWER_TOKENS) -> "Reader":
         """Send a message whose answer runs to `tokens`; read up to its first token."""
@@ -102,6 +103,8 @@ class Reader:
             self.arrivals.append(time.monotonic())
         elif frame["type"] == "chat.error" and frame["code"] in {"stream_unavailable", "redis_unavailable"}:
             self.ws.close()  # the page resumes
+        elif frame["type"] == "chat.notice":
+            self.notices.append(frame["code"])
         elif frame["type"] in {"chat.done", "chat.error"}:
             self.end = frame
 
@@ -346,10 +349,13 @@ def test_a_follower_of_an_answer_no_process_can_continue_ends_with_its_partial_t
     dead_engine = f"http://127.0.0.1:{free_port()}"
     # A Redis of its own: no other web process of the suite, with a live engine, may take it over.
     own = {"REDIS_URL": f"redis://127.0.0.1:{(port := free_port())}/0"}
+    # How long the taking-over process waits for its engine to come back: over two of the reader's
+    # quiet checks (CHAT_STREAM_BLOCK_SECONDS), each of which reads why no token comes.
+    resume = 2 * settings.CHAT_STREAM_BLOCK_SECONDS + 2
     with (
         redis_with_its_file(port, tmp_path),
         running_daphne(engine_url, **own) as generating,
-        running_daphne(dead_engine, **own) as other,
+        running_daphne(dead_engine, CHAT_ENGINE_RESUME_SECONDS=str(resume), **own) as other,
     ):
         asker = user("ned")
         reader = Reader(generating.url.replace("http://", "ws://") + "/ws/chat/", generating.url, asker)
@@ -369,7 +375,9 @@ def test_a_follower_of_an_answer_no_process_can_continue_ends_with_its_partial_t
         "engine_unavailable",
         "interrupted",
     ), end
-    assert time.monotonic() - killed < settings.CHAT_TAKEOVER_AFTER_SECONDS + 10
+    # The taking-over process found no engine, said so, waited for one as long as it may, then ended.
+    assert "engine_waiting" in reader.notices
+    assert time.monotonic() - killed < settings.CHAT_TAKEOVER_AFTER_SECONDS + resume + 10
     stored = Message.objects.get(pk=reader.message)
     assert stored.status == "interrupted" and stored.content == end["content"]
     assert [seq for seq, _ in reader.shown] == list(range(len(reader.shown)))

@@ -74,7 +74,9 @@ def test_a_storm_of_handshakes_is_served_or_told_busy_and_every_retry_gets_throu
     assert refusals, "no handshake of the storm was ever refused at a bound of one"
     for refusal in refusals:
         assert refusal["type"] == "chat.error" and refusal["code"] == "busy", refusal
-        assert refusal["reason"] == "web_pending" and 2.0 <= refusal["retry_after"] <= 8.0
+        # Each refusal holds a slot of its own, the first free one 2 s away at the soonest; how far
+        # apart they are follows the process's measured rate (tests/chat/test_retry_slots.py).
+        assert refusal["reason"] == "web_pending" and refusal["retry_after"] >= 2.0
         assert refusal["close"] == 4429
     # Each refused client, trying again alone, is served.
     for cookie in cookies[: len(refusals)]:
@@ -101,7 +103,7 @@ def test_a_storm_of_page_loads_gets_pages_or_busy_never_an_error(bounded_server)
             break
     assert statuses == {200, 429}
     busy = next(r for r in responses if r.status_code == 429)
-    assert 2 <= int(busy.headers["Retry-After"]) <= 8
+    assert int(busy.headers["Retry-After"]) >= 2  # a slot of its own, 2 s away at the soonest
     assert f'content="{busy.headers["Retry-After"]}"' in busy.text  # the page reloads itself then
     # Health is never refused: a probe at a busy process must not read as a dead one.
     assert httpx.get(bounded_server.url + "/healthz/live").status_code == 200
