@@ -20,8 +20,21 @@ from chat.protocol import refused  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from chatsite.errors import json_body  # noqa: E402
 from httpkit.pending import PendingBound  # noqa: E402
-from httpkit.retryslots import RetrySlots  # noqa: E402
+from httpkit.retryslots import RetrySlots, SharedRate  # noqa: E402
+from redisconn import client as redis_client  # noqa: E402
+from redisconn import keys  # noqa: E402
 
+
+async def read_rate() -> float | None:
+    rate = await redis_client().get(keys.WEB_PENDING_RATE)
+    return float(rate) if rate else None
+
+
+async def write_rate(rate: float) -> None:
+    await redis_client().set(keys.WEB_PENDING_RATE, f"{rate:.3f}", ex=7 * 86400)
+
+
+retry_slots = RetrySlots(first=settings.WEB_PENDING_RETRY_FIRST, rate=settings.WEB_PENDING_RATE_GUESS)
 application = PendingBound(
     ProtocolTypeRouter(
         {
@@ -30,7 +43,8 @@ application = PendingBound(
         }
     ),
     limit=settings.WEB_MAX_PENDING,
-    retry_slots=RetrySlots(first=settings.WEB_PENDING_RETRY_FIRST, rate=settings.WEB_PENDING_RATE_GUESS),
+    retry_slots=retry_slots,
+    shared_rate=SharedRate(retry_slots, read=read_rate, write=write_rate),
     socket_frame=refused,
     json_body=json_body,
     on_refused=admission_refused,

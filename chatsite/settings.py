@@ -356,8 +356,10 @@ CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=
 # The web process's bound on waiting work (httpkit.pending): past WEB_MAX_PENDING handshakes and
 # requests taken and not yet answered, the next is refused at once with `busy` (reason
 # `web_pending`) and nothing read. 0: no bound. Its retry-after is the next free slot at half the
-# rate the process takes work (httpkit.retryslots), 2 s away at the soonest; until that rate is
-# measured, a handshake's 4.2 ms of CPU (docs/benchmarks.md) gives it: about 200 a second.
+# rate the process takes work (httpkit.retryslots), 2 s away at the soonest, and not before the work
+# already taken has left. Until this process has measured that rate it takes the one its fleet
+# measured (kept in Redis); with none, a handshake's 4.2 ms of CPU (docs/benchmarks.md) gives a
+# guess: about 200 a second.
 WEB_MAX_PENDING = env_int("WEB_MAX_PENDING", 64, minimum=0)
 WEB_PENDING_RETRY_FIRST = 2.0
 WEB_PENDING_RATE_GUESS = 200.0

@@ -28,7 +28,7 @@ from contextvars import ContextVar
 
 from httpkit.errors import Refusal, busy
 from httpkit.json import retry_after_header
-from httpkit.retryslots import RetrySlots
+from httpkit.retryslots import RetrySlots, SharedRate
 
 REASON = "web_pending"
 # The socket's close code: 4429, as the product's 4401 mirrors HTTP's 401. RFC 6455's registry has
@@ -58,6 +58,7 @@ class PendingBound:
         json_body: Callable[[str, Refusal], dict],
         on_refused: Callable[[str], None] = lambda reason: None,
         exempt: tuple[str, ...] = (),
+        shared_rate: SharedRate | None = None,
     ):
         self.app = app
         self.limit = limit  # 0: no bound
@@ -66,15 +67,20 @@ class PendingBound:
         self.json_body = json_body
         self.on_refused = on_refused
         self.exempt = exempt
+        self.shared_rate = shared_rate
         self.pending = 0  # one event loop a process: no lock
 
     async def __call__(self, scope, receive, send):
         counted = scope["type"] in ("http", "websocket") and not scope["path"].startswith(self.exempt)
         if not (counted and self.limit):
             return await self.app(scope, receive, send)
+        if self.shared_rate is not None:
+            self.shared_rate.tick()
         if self.pending >= self.limit:
             self.on_refused(REASON)
-            refusal = busy(REASON, self.retry_slots.take())
+            if self.shared_rate is not None:
+                await self.shared_rate.read_first()
+            refusal = busy(REASON, self.retry_slots.take(self.pending))
             if scope["type"] == "websocket":
                 return await self._refuse_socket(refusal, receive, send)
             return await self._refuse_request(scope, refusal, send)

@@ -1,6 +1,7 @@
 """Every Redis key, channel and rate-limit namespace the product uses.
 
 chat:  written by the web tier (chat/); the bulk runner reads CHAT_ACTIVE to give way.
+web:  written and read by every web process (chatsite.asgi).
 inference:  written by the engine's supervisor (runinference), read by the web tier.
 jobs:  written and read by bulk job runners (jobs/).
 monitoring:  the dashboard's history, written by a Celery task beat queues (monitoring.history).
@@ -26,6 +27,9 @@ CHAT_CHANGES_LIMIT = "chat-changes"
 # Uploads to collections and searches of them, per user id (knowledge.rates).
 KNOWLEDGE_UPLOADS_LIMIT = "knowledge-uploads"
 KNOWLEDGE_SEARCHES_LIMIT = "knowledge-searches"
+# The rate the web processes were last measured to take handshakes and requests at, a second: a
+# process started into a reconnect storm hands out its first retry slots at it (chatsite.asgi).
+WEB_PENDING_RATE = "web:pending:rate"
 # Failed logins, per username hash and per address (accounts.throttle).
 LOGIN_FAILURES_LIMIT = "login-failures"
 # Each bulk runner's requests in flight, one key per runner (jobs.shaping).
