@@ -1,5 +1,7 @@
 """Driving Debian's Chromium: its flags, logging in through the form or at an identity provider,
-waiting for images to settle."""
+the chat's model picker and a message sent over its socket, waiting for images to settle."""
+
+import json
 
 BROWSER_ARGS = [
     "--no-sandbox",
@@ -44,3 +46,36 @@ def sign_in_at_provider(page, product: str, *, button: str, form_at: str, fields
         with page.expect_navigation(url=product + "/"):
             page.click(submit)
     return opened.value
+
+
+def picker_models(page) -> list[str]:
+    """The models the chat settings dialog's picker offers."""
+    page.click("#open-settings")
+    return page.locator("#settings-model option").all_inner_texts()
+
+
+def send_refused(page, product: str, conversation) -> object:
+    """Open `conversation`, whose model its owner may not use, and send a message as a person does:
+    the page's `chat.send` over its socket is refused with the product's error, shown in the page,
+    the text given back to the composer and nothing stored. The chat's socket."""
+    with page.expect_websocket(lambda socket: socket.url.endswith("/ws/chat/"), timeout=30_000) as opened:
+        page.goto(f"{product}/c/{conversation.pk}/")
+    socket = opened.value
+    page.fill("#prompt", "Summarise this.")
+    with (
+        socket.expect_event("framesent", _of_type("chat.send")) as sent,
+        socket.expect_event("framereceived", _of_type("chat.error")) as refused,
+    ):
+        page.keyboard.press("Enter")
+    assert json.loads(sent.value)["conversation"] == conversation.pk
+    detail = f"the model {conversation.model_name!r} of this conversation is not available to you"
+    refusal = json.loads(refused.value)
+    assert (refusal["code"], refusal["detail"]) == ("invalid_field", detail)
+    assert page.locator("#status").inner_text() == detail
+    assert page.input_value("#prompt") == "Summarise this."
+    assert not conversation.messages.exists()
+    return socket
+
+
+def _of_type(kind: str):
+    return lambda payload: json.loads(payload).get("type") == kind
