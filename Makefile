@@ -207,6 +207,23 @@ bench: prepare install-dev
 	$(BIN)/python -m bench.report
 	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat)
 
+# Open WebUI, the peer the side-by-side benchmark compares with (bench.bench_side_by_side), in a
+# virtualenv of its own under the data folder: its pins are not the product's. torch is pinned to the
+# CPU build the engine uses, so pip takes the local wheel rather than a CUDA one. python-socketio's
+# client drives its chat as its page does. Several minutes the first time; a new pin makes it again.
+OPENWEBUI := $(DATA)/openwebui-venv
+OPENWEBUI_VERSION := 0.12.4
+OPENWEBUI_STAMP := $(OPENWEBUI)/.installed-$(OPENWEBUI_VERSION)
+$(OPENWEBUI_STAMP):
+	rm -rf $(OPENWEBUI)
+	$(PYTHON) -m venv $(OPENWEBUI)
+	$(OPENWEBUI)/bin/pip install --quiet --upgrade pip
+	$(OPENWEBUI)/bin/pip install --quiet open-webui==$(OPENWEBUI_VERSION) torch==2.13.0 "python-socketio[asyncio_client]" psutil
+	touch $@
+
+.PHONY: openwebui
+openwebui: $(OPENWEBUI_STAMP)
+
 # Load test (bench/load/, docs/benchmarks.md "Capacity: users on one box"): USERS simulated users (default
 # 50; chat page on the WebSocket, SSE fallback, API programs) arriving SPAWN_RATE a second (5), for DURATION
 # seconds (120), then the check that every answer seen is stored as streamed. LOAD_ENGINE=fast|vllm

@@ -107,22 +107,33 @@ async def round_(base_url: str, cookies: list[str], tabs: int, redis_url: str, p
     }
 
 
-def parser():
-    cli = arguments(__doc__.splitlines()[0])
+def paced_arguments(description: str):
+    """The flags of a benchmark of N users' answers from the paced stand-in engine, in rounds."""
+    cli = arguments(description)
     cli.add_argument("--users", type=int, default=32)
-    cli.add_argument("--tokens", type=int, default=256)
+    cli.add_argument("--tokens", type=int, default=256, help="tokens an answer")
     cli.add_argument("--pace", type=float, default=0.02, help="seconds between one answer's tokens")
-    cli.add_argument("--tabs", type=int, default=1, help="sockets following each answer")
     cli.add_argument("--rounds", type=int, default=3, help="rounds measured (quick: 1)")
+    return cli
+
+
+def paced_options(cli, argv: list[str] | None):
+    options = cli.parse_args(argv)
+    if options.quick:
+        options.rounds = 1
+    return options
+
+
+def parser():
+    cli = paced_arguments(__doc__.splitlines()[0])
+    cli.add_argument("--tabs", type=int, default=1, help="sockets following each answer")
     cli.add_argument("--profile", action="store_true", help="py-spy over one more round: its top frames")
     cli.add_argument("--label", default="", help="saved as chat_path-LABEL.json")
     return cli
 
 
 def main(argv: list[str] | None = None) -> dict:
-    options = parser().parse_args(argv)
-    if options.quick:
-        options.rounds = 1
+    options = paced_options(parser(), argv)
     redis_url = settings.REDIS_URL
     rounds = []
     with redis_serving(redis_url, bundled=True), FastEngineProcess(options.pace) as engine:
@@ -141,10 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "chat_path",
         "topology": "one daphne process, its own bundled Redis, the paced stand-in engine",
         **{k: v for k, v in vars(options).items() if k not in {"output", "quick", "repeats", "label"}},
-        "web_cpu_ms_per_token": _spread([r["web_cpu_ms_per_token"] for r in rounds]),
-        "redis_commands_per_frame": _spread([r["redis_commands_per_frame"] for r in rounds]),
-        "redis_commands_per_token": _spread([r["redis_commands_per_token"] for r in rounds]),
-        "redis_us_per_token": _spread([r["redis_us_per_token"] for r in rounds]),
+        "web_cpu_ms_per_token": spread([r["web_cpu_ms_per_token"] for r in rounds]),
+        "redis_commands_per_frame": spread([r["redis_commands_per_frame"] for r in rounds]),
+        "redis_commands_per_token": spread([r["redis_commands_per_token"] for r in rounds]),
+        "redis_us_per_token": spread([r["redis_us_per_token"] for r in rounds]),
         "rounds": rounds,
         "profile": profile.top() if options.profile else None,
     }
@@ -156,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def _spread(values: list[float]) -> dict:
+def spread(values: list[float]) -> dict:
+    """Median, min and max."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 

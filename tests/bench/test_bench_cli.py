@@ -21,6 +21,7 @@ MODULES = [
     "bench_embeddings",
     "bench_knowledge",
     "bench_chat_path",
+    "bench_side_by_side",
 ]
 # Every `python -m bench.<name>` there is, the benchmarks' entry points included.
 ENTRY_POINTS = [*MODULES, "bench_bulk_chat", "report.__main__", "load.run", "fast_engine"]
