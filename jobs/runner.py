@@ -11,6 +11,7 @@ inference.engine only. A document's actions are in jobs.claims, load shaping in 
 map-reduce summarizing in jobs.summarize."""
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 import redisconn
 from documents.reader import document_text
@@ -72,7 +74,10 @@ class RunnerLock:
         return True
 
     async def refresh(self) -> bool:
-        """Extend the key; False when another runner holds it now."""
+        """Extend the key, or take it again where it lapsed (Redis was away longer than its TTL, or
+        came back without it); False when another runner holds it now."""
+        if await self._redis.set(self._key, self._token, nx=True, ex=self.TTL):
+            return True
         if await self._redis.get(self._key) != self._token.encode():
             return False
         await self._redis.expire(self._key, self.TTL)
@@ -134,6 +139,7 @@ class JobRunner:
     async def _loop(self) -> str:
         loop = asyncio.get_running_loop()
         checked_at = -float("inf")
+        redis_away = False
         while True:
             # A cancel is seen within a second; the database is not asked every tick.
             if loop.time() - checked_at >= STATUS_EVERY:
@@ -141,9 +147,22 @@ class JobRunner:
                 status = await database_sync_to_async(selectors.job_status)(job_id=self.job_id)
                 if status not in Job.ACTIVE:
                     return "cancelled"
-            if not await self._lock.refresh():
-                return "elsewhere"
-            limit = self.shaper.update(await self._probe.read(len(self._inflight)))
+            try:
+                held = await self._lock.refresh()
+                signal = await self._probe.read(len(self._inflight))
+            except RedisError as exc:
+                # Redis away (restarting): the lines in flight go on and are written to the
+                # database; nothing more is claimed, and the run does not end, until it answers.
+                if not redis_away:
+                    log.warning("job %s: Redis unreachable (%r); claiming nothing", self.job_id, exc)
+                redis_away, limit = True, 0
+            else:
+                if redis_away:
+                    log.info("job %s: Redis answers again; claiming again", self.job_id)
+                    redis_away = False
+                if not held:
+                    return "elsewhere"
+                limit = self.shaper.update(signal)
             if loop.time() < self._engine_back_at:
                 limit = 0  # paused until the engine is back
             if self._preempt and self.shaper.chat_busy:
@@ -161,9 +180,9 @@ class JobRunner:
                 self._inflight[task] = claim
             self.peak_inflight = max(self.peak_inflight, len(self._inflight))
             if not self._inflight:
-                if out_of_time:
+                if out_of_time and not redis_away:  # the continuation is queued through Redis
                     return "continue"
-                if limit == 0:  # paused while chat is active, or the engine is down
+                if limit == 0:  # paused while chat is active, the engine is down, or Redis is away
                     await asyncio.sleep(self._interval)
                     continue
                 if await database_sync_to_async(selectors.job_status)(job_id=self.job_id) not in Job.ACTIVE:
@@ -308,8 +327,10 @@ async def run_job(
     try:
         outcome = await runner.run()
     finally:
-        await load.close()
-        await lock.release()
+        # Both keys expire by themselves where Redis is away now.
+        with contextlib.suppress(RedisError):
+            await load.close()
+            await lock.release()
         await r.aclose()
         if own_engine is not None:
             await own_engine.aclose()

