@@ -22,6 +22,7 @@ from contextlib import aclosing
 
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.exceptions import RedisError
 
 import redisconn
 from answers import admission, metrics, outcomes, ownership, watcher
@@ -303,6 +304,12 @@ class AnswerRun:
 
     async def _end(self, r: aioredis.Redis, outcome: Outcome) -> None:
         self._ending = True
+        if not await self._still_owned(r):
+            # Taken over while this process was too slow to beat (a stalled event loop): how the
+            # answer ends is its new owner's to store and announce, not this one's.
+            log.warning("answer %s: another process owns it now; its end is not stored", self.owner.answer)
+            self._stop_reason = "superseded"
+            return
         metrics.generation_finished(
             outcome.status,
             outcome.completion_tokens,
@@ -310,6 +317,15 @@ class AnswerRun:
             ttft_seconds=outcome.ttft_ms / 1000 if outcome.ttft_ms is not None else None,
         )
         await self.finish(r, outcome)
+
+    async def _still_owned(self, r: aioredis.Redis) -> bool:
+        """Whether this process still owns the answer, checked (with a heartbeat) just before its end
+        is stored: the frames are fenced in Redis, the stored row is not. With Redis away nobody can
+        have claimed it since."""
+        try:
+            return await ownership.beat(r, self.owner, self.so_far())
+        except RedisError:
+            return True
 
     def record_usage(self, outcome: Outcome) -> None:
         """Count the answer's tokens against the user's day (synchronous: in the store's commit).

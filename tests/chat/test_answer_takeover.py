@@ -136,6 +136,25 @@ async def test_an_owner_that_another_process_took_over_stops_without_writing(ali
     await ownership.leave(r, claim)
 
 
+async def test_an_owner_whose_deadline_passes_after_a_takeover_stores_nothing(alice, settings):
+    # Its heartbeat would tell it too late (a stalled event loop): the deadline fires first.
+    settings.CHAT_HEARTBEAT_SECONDS = 3600
+    settings.CHAT_TOKEN_TIMEOUT = 1.0
+    old, fake = await running_answer(alice, ["a "], hang=True)
+    assert [f["text"] async for f in _until_tokens(old.frames_after(-1), 1)] == ["a "]
+    r = redis_client()
+    await r.zadd(keys.CHAT_ANSWERS, {str(old.message_id): time.time() - 3600})
+    claim = await ownership.claim(r, old.message_id)
+    assert claim is not None and claim.fence == 2
+    await asyncio.wait_for(asyncio.gather(old.task, return_exceptions=True), 10)
+    assert fake.aborted == 1  # the deadline ended its engine request
+    # Not stored as timed out, nor announced: the answer is its new owner's to end.
+    assert (await Message.objects.aget(pk=old.message_id)).status == "generating"
+    assert tokens(await streams.written(r, old.message_id)) == [(0, "a ")]
+    assert all(f["type"] == "chat.token" for f in await streams.written(r, old.message_id))
+    await ownership.leave(r, claim)
+
+
 async def test_a_draining_process_finishes_what_it_can_and_hands_over_the_rest(alice, monkeypatch):
     quick, _ = await running_answer(alice, ["done ", 0.3, "soon"])
     slow, _ = await running_answer(alice, ["a long "], hang=True)
