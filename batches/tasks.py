@@ -34,7 +34,9 @@ def batch_validate(batch_pk: int) -> None:
 )
 def batch_finalize_when_stopped(self, batch_pk: int) -> None:
     """Finalize a cancelled batch once no runner holds its job: a line answered meanwhile is kept."""
-    job_id = Batch.objects.values_list("job_id", flat=True).get(pk=batch_pk)
+    job_id = Batch.objects.filter(pk=batch_pk).values_list("job_id", flat=True).first()
+    if job_id is None:  # deleted meanwhile: nothing is left to write
+        return
     if services.runner_holds(job_id):
         raise self.retry(countdown=1, max_retries=120)
     services.batch_finalize(job_id)

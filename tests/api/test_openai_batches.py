@@ -18,6 +18,7 @@ from django.utils import timezone
 from apitokens.services import InvalidScope, token_issue
 from batches import services
 from batches.models import Batch, File
+from batches.tasks import batch_finalize_when_stopped
 from jobs.models import Job
 from jobs.runner import run_job
 from tests.support.api_keys import bearer
@@ -177,6 +178,13 @@ def test_a_cancelled_batch_keeps_what_ran_and_lists_the_rest_as_cancelled():
     assert shown["status"] == "cancelled" and shown["output_file_id"] is None
     assert {line["error"]["code"] for line in content(headers, shown["error_file_id"])} == {"batch_cancelled"}
     assert shown["request_counts"] == {"total": 4, "completed": 0, "failed": 4}
+
+
+def test_a_cancelled_batch_deleted_before_it_is_finalized_ends_the_finalizing_task_quietly():
+    headers = bearer(batch_user(), "batch")
+    _, batch = created(headers, jsonl([chat_line("gone")]))
+    Batch.objects.filter(pk=batch.pk).delete()
+    assert batch_finalize_when_stopped.apply(args=[batch.pk]).successful()
 
 
 def test_batches_list_newest_first_a_page_at_a_time_and_another_users_read_as_missing():

@@ -24,6 +24,7 @@ from harness.waiting import until
 from inference.client import EngineError
 from redisconn import client as redis_client
 from redisconn import keys
+from tests.support.consumer_client import first_frames
 from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -78,7 +79,7 @@ async def test_exactly_one_of_two_processes_claims_a_stale_answer_and_the_old_ow
 async def test_a_dead_processs_answer_is_continued_by_one_scanner_gaplessly_and_stored_whole(alice):
     gate = asyncio.Event()
     dead, _ = await running_answer(alice, ["One, ", "two, ", gate], hang=True)
-    assert len([f async for f in _until_tokens(dead.frames_after(-1), 2)]) == 2  # written
+    assert len([f async for f in first_frames(dead.frames_after(-1), 2)]) == 2  # written
     await died(dead)
     engines = [FakeEngine(["three, ", "four."]), FakeEngine(["three, ", "four."])]
     r, other = redis_client(), aioredis.Redis.from_url(settings.REDIS_URL)
@@ -106,7 +107,7 @@ async def test_an_answer_that_cannot_be_continued_ends_with_an_error_frame_and_i
 ):
     settings.CHAT_ENGINE_RESUME_SECONDS = 0  # no waiting for the engine to come back
     dead, _ = await running_answer(alice, ["Half "], hang=True)
-    assert len([f async for f in _until_tokens(dead.frames_after(-1), 1)]) == 1  # written
+    assert len([f async for f in first_frames(dead.frames_after(-1), 1)]) == 1  # written
     await died(dead)
     down = FakeEngine(fail_with=EngineError("no engine", code="engine_unavailable"))
     [continued] = await takeover.scan(redis_client(), down)
@@ -121,7 +122,7 @@ async def test_an_owner_that_another_process_took_over_stops_without_writing(ali
     settings.CHAT_HEARTBEAT_SECONDS = 0.2
     old, fake = await running_answer(alice, ["a "], hang=True)
     # Its first token written (a follower here is shown it only then).
-    assert [f["text"] async for f in _until_tokens(old.frames_after(-1), 1)] == ["a "]
+    assert [f["text"] async for f in first_frames(old.frames_after(-1), 1)] == ["a "]
     r = redis_client()
     # Made stale, then claimed; the owner's next beat (every 0.2 s) may come between: again.
     for _ in range(20):
@@ -141,7 +142,7 @@ async def test_an_owner_whose_deadline_passes_after_a_takeover_stores_nothing(al
     settings.CHAT_HEARTBEAT_SECONDS = 3600
     settings.CHAT_TOKEN_TIMEOUT = 1.0
     old, fake = await running_answer(alice, ["a "], hang=True)
-    assert [f["text"] async for f in _until_tokens(old.frames_after(-1), 1)] == ["a "]
+    assert [f["text"] async for f in first_frames(old.frames_after(-1), 1)] == ["a "]
     r = redis_client()
     await r.zadd(keys.CHAT_ANSWERS, {str(old.message_id): time.time() - 3600})
     claim = await ownership.claim(r, old.message_id)
@@ -188,7 +189,7 @@ async def test_a_follower_of_an_answer_no_process_continues_ends_within_seconds(
     settings.CHAT_TAKEOVER_AFTER_SECONDS = 0.5
     monkeypatch.setattr(generation_module, "TAKEOVER_GRACE", 0.5)
     dead, _ = await running_answer(alice, ["Left "], hang=True)
-    assert len([f async for f in _until_tokens(dead.frames_after(-1), 1)]) == 1  # written
+    assert len([f async for f in first_frames(dead.frames_after(-1), 1)]) == 1  # written
     # Stale for this test's 0.5 s, not yet for the 6 s of the suite's own web process (the browser
     # tests' daphne, on the same Redis and database), whose scan would otherwise continue the answer
     # with the real engine before this follower gave up on it.
@@ -310,7 +311,7 @@ async def test_a_frame_whose_write_the_handover_cut_is_written_before_the_answer
     monkeypatch.setattr(generation_module.streams, "publish", hangs_once_on_the_third)
     draining, _ = await running_answer(alice, ["One, ", "two, ", "three, "], hang=True)
     follower = draining.frames_after(-1)
-    shown = [frame async for frame in _until_tokens(follower, 2)]
+    shown = [frame async for frame in first_frames(follower, 2)]
     assert await until(lambda: cut.is_set(), 10)
     # Made, but not written: a follower here is not shown it.
     third = asyncio.ensure_future(anext(follower))
@@ -331,14 +332,6 @@ async def test_a_frame_whose_write_the_handover_cut_is_written_before_the_answer
     stored = await Message.objects.aget(pk=draining.message_id)
     assert (stored.status, stored.content) == ("complete", "One, two, three, four.")
     await follower.aclose()
-
-
-async def _until_tokens(frames, count: int):
-    async for frame in frames:
-        yield frame
-        count -= 1
-        if not count:
-            return
 
 
 async def test_a_drain_that_lands_while_an_answer_is_being_stored_does_not_hand_it_over(alice, monkeypatch):

@@ -13,10 +13,9 @@ from chat import consumers, streams
 from chat.generation import Generation
 from conversations import turns
 from conversations.models import Conversation, Message
-from harness.waiting import until
 from redisconn import client as redis_client
 from tests.chat.test_answer_takeover import died, tokens
-from tests.support.consumer_client import connected, until_closed
+from tests.support.consumer_client import connected, first_frames, until_closed
 from tests.support.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,7 +96,7 @@ async def test_a_continued_answer_taken_over_keeps_the_text_it_had_before(alice)
     gate = asyncio.Event()
     dead = Generation(turn, user_id=alice.pk, engine=FakeEngine(["a ", gate], hang=True), owner=owner)
     dead.start()
-    assert await until(lambda: dead.seq == 1, 10)
+    assert len([f async for f in first_frames(dead.frames_after(-1), 1)]) == 1  # written
     await died(dead)
     heir = FakeEngine(["time."])
     [continued] = await takeover.scan(redis_client(), heir)

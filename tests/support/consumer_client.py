@@ -19,3 +19,12 @@ async def until_closed(communicator) -> list[dict]:
     while frames[-1]["type"] not in {"chat.done", "chat.error"}:
         frames.append(await communicator.receive_json_from(timeout=10))
     return frames
+
+
+async def first_frames(frames, count: int):
+    """The first `count` frames of an answer's stream, as they are written."""
+    async for frame in frames:
+        yield frame
+        count -= 1
+        if not count:
+            return
