@@ -1,6 +1,7 @@
 """ASGI entry point served by daphne: HTTP through Django, WebSockets through Channels, both behind
 the process's bound on the handshakes and requests it has taken and not yet answered."""
 
+import hashlib
 import os
 
 from django.core.asgi import get_asgi_application
@@ -21,6 +22,7 @@ from chat.routing import websocket_urlpatterns  # noqa: E402
 from chatsite.errors import json_body  # noqa: E402
 from httpkit.pending import PendingBound  # noqa: E402
 from httpkit.retryslots import RetrySlots, SharedRate  # noqa: E402
+from httpkit.slottickets import SlotTickets  # noqa: E402
 from redisconn import client as redis_client  # noqa: E402
 from redisconn import keys  # noqa: E402
 
@@ -45,6 +47,7 @@ application = PendingBound(
     limit=settings.WEB_MAX_PENDING,
     retry_slots=retry_slots,
     shared_rate=SharedRate(retry_slots, read=read_rate, write=write_rate),
+    tickets=SlotTickets(hashlib.sha256(b"web-pending-slot:" + settings.SECRET_KEY.encode()).digest()),
     socket_frame=refused,
     json_body=json_body,
     on_refused=admission_refused,

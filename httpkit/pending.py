@@ -13,7 +13,9 @@ storm of refused clients comes back no faster than the process takes them.
 A refused request gets its status (429) and `Retry-After`, with a JSON error body (the shape
 `json_body` gives for the path) or, for a browser asking for a page, a short page that reloads
 itself. A refused handshake is accepted, told in one frame (`socket_frame`) and closed with 4429
-(the socket's "try again later"), which the chat page reads as "reconnect after `retry_after`". A streaming
+(the socket's "try again later"), which the chat page reads as "reconnect after `retry_after`"; with
+`tickets`, the frame carries its slot as a ticket (`slot`) and a socket that brings a due one back
+(`?slot=`) is taken past the bound, up to TICKET_CEILING times it (httpkit.slottickets). A streaming
 response (SSE) counts until its first bytes: what it holds afterwards is the answer's admission's
 to bound, not this one's. Likewise a request whose answer admission has taken (`taken()`, which
 answers.admission calls) stops counting then: a non-streaming API answer starts its response only
@@ -25,15 +27,22 @@ import html
 import json
 from collections.abc import Callable
 from contextvars import ContextVar
+from urllib.parse import parse_qs
 
 from httpkit.errors import Refusal, busy
 from httpkit.json import retry_after_header
 from httpkit.retryslots import RetrySlots, SharedRate
+from httpkit.slottickets import SlotTickets
 
 REASON = "web_pending"
 # The socket's close code: 4429, as the product's 4401 mirrors HTTP's 401. RFC 6455's registry has
 # 1013 (Try Again Later) for this, but daphne's WebSocket library sends only 1000 and 3000-4999.
 TRY_AGAIN_LATER = 4429
+
+# How far past the bound sockets with a due slot ticket are taken, as a multiple of it: far enough for
+# a process started cold into a storm, whose first slots came from a rate it cannot keep yet (64 a
+# bound: about 2.5 s of a warm process's handshakes), short of a connect's timeout.
+TICKET_CEILING = 4
 
 # The running request's way out of the count; tasks and threads the request starts inherit it.
 _begun: ContextVar[Callable[[], None] | None] = ContextVar("pending_begun", default=None)
@@ -59,6 +68,7 @@ class PendingBound:
         on_refused: Callable[[str], None] = lambda reason: None,
         exempt: tuple[str, ...] = (),
         shared_rate: SharedRate | None = None,
+        tickets: SlotTickets | None = None,
     ):
         self.app = app
         self.limit = limit  # 0: no bound
@@ -68,6 +78,7 @@ class PendingBound:
         self.on_refused = on_refused
         self.exempt = exempt
         self.shared_rate = shared_rate
+        self.tickets = tickets
         self.pending = 0  # one event loop a process: no lock
 
     async def __call__(self, scope, receive, send):
@@ -76,12 +87,14 @@ class PendingBound:
             return await self.app(scope, receive, send)
         if self.shared_rate is not None:
             self.shared_rate.tick()
-        if self.pending >= self.limit:
+        if self.pending >= self.limit and not self._holds_due_ticket(scope):
             self.on_refused(REASON)
             if self.shared_rate is not None:
                 await self.shared_rate.read_first()
             refusal = busy(REASON, self.retry_slots.take(self.pending))
             if scope["type"] == "websocket":
+                if self.tickets is not None:
+                    refusal.extra["slot"] = self.tickets.issue(refusal.retry_after)
                 return await self._refuse_socket(refusal, receive, send)
             return await self._refuse_request(scope, refusal, send)
         self.pending += 1
@@ -106,6 +119,17 @@ class PendingBound:
         finally:
             _begun.reset(token)
             begun()
+
+    def _holds_due_ticket(self, scope) -> bool:
+        """A socket back at the slot it was given, while the process is under its ceiling."""
+        if (
+            self.tickets is None
+            or scope["type"] != "websocket"
+            or self.pending >= TICKET_CEILING * self.limit
+        ):
+            return False
+        slot = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("slot")
+        return bool(slot) and self.tickets.due(slot[0])
 
     async def _refuse_socket(self, refusal: Refusal, receive, send) -> None:
         message = await receive()

@@ -5,13 +5,15 @@ return within those 6 s, more than one process accepts, and most are refused aga
 hands each refusal its own moment instead, `first` seconds away at the soonest and each one
 `1 / (rate × share)` after the last, so the refused come back no faster than the process takes them
 and the rest of its rate is left for clients arriving afresh. The rate is the process's own, measured
-as it works: while the pending count is at least half full, the mean gap between two pieces of work
-leaving it (the process's service time then, not its clients' pace); otherwise the time a piece took
-with nothing else pending (its service time with waits for I/O included, so an estimate on the safe
-side). No slot comes before the work already taken has left (`pending` of it, at the measured
-rate): a client told to come back while the bound is still full is refused again.
+as it works: while the pending count is at least half full, the pieces of work leaving it over
+WINDOW seconds of such time (the process's service rate then, not its clients' pace; pieces leave in
+bursts, a few in one instant after a stall, so a span of time measures it where the gap between two
+of them would not); otherwise the time a piece took with nothing else pending (its service time
+with waits for I/O included, so an estimate on the safe side). No slot comes before the work already
+taken has left (`pending` of it, at the measured rate): a client told to come back while the bound
+is still full is refused again.
 `rate` is the first guess, for a process that has measured nothing yet; `prior` replaces it with the
-rate the fleet measured before (chatsite.retryrate), so a process started into a storm does not
+rate the fleet measured before (chatsite.asgi keeps it in Redis), so a process started into a storm does not
 hand out its first slots from a guess. The first measurements are averaged plainly, so a handful
 of them outweigh any guess (which counts as GUESS_WEIGHT of them); later ones move the mean by WEIGHT.
 When the storm has passed the next slot is in the past again and a refusal waits `first`.
@@ -34,6 +36,9 @@ WEIGHT = 0.1
 GUESS_WEIGHT = 2
 # How long a refusal waits for the fleet's rate being read, at most, before it takes the guess.
 READ_WAIT = 0.5
+# The span over which pieces leaving a saturated process are counted into one measurement: longer
+# than a burst of them and the stall before it.
+WINDOW = 1.0
 
 
 class RetrySlots:
@@ -52,6 +57,8 @@ class RetrySlots:
         self.weight = GUESS_WEIGHT  # how many measurements `gap` is the mean of, a guess counted in
         self.next_free = 0.0
         self.last_left: float | None = None
+        self.window = 0.0  # saturated time counted towards the next measurement, and pieces left in it
+        self.window_left = 0
 
     @property
     def rate(self) -> float:
@@ -82,12 +89,18 @@ class RetrySlots:
             return
         now = self.clock()
         if self.last_left is not None:
-            self._measured(now - self.last_left)
+            self.window += now - self.last_left
+            self.window_left += 1
         self.last_left = now
+        if self.window >= WINDOW:
+            self._measured(self.window / self.window_left, self.window_left)
+            self.window, self.window_left = 0.0, 0
 
-    def _measured(self, gap: float) -> None:
-        self.weight += 1
-        self.gap += max(WEIGHT, 1.0 / self.weight) * (max(gap, 1e-5) - self.gap)
+    def _measured(self, gap: float, count: int = 1) -> None:
+        """`count` gaps of `gap` measured: the mean moves as `count` single measurements would."""
+        self.weight += count
+        moved = max(1.0 - (1.0 - WEIGHT) ** count, count / self.weight)
+        self.gap += moved * (max(gap, 1e-5) - self.gap)
 
 
 class SharedRate:

@@ -39,6 +39,9 @@ def check_answers(out: Path, usernames: dict[str, list[str]]) -> dict:
     records = [json.loads(line) for line in answers.read_text().splitlines()] if answers.exists() else []
     # A socket lost while idle (a web process restarted) and opened again: its tries refused.
     reconnects = [r["reconnect"] for r in records if "reconnect" in r]
+    # Of those tries, the refusals proper (`busy`, a retry slot told) and the handshakes that failed.
+    busy = [sum(1 for t in r.get("tries", ()) if t[1] is not None) for r in records if "reconnect" in r]
+    failed = Counter(t[2] for r in records for t in r.get("tries", ()) if t[1] is None and len(t) > 2)
     records = [r for r in records if "reconnect" not in r]
     errors = [r for r in records if "error" in r]
     chat = [r for r in records if "error" not in r and r["surface"] in ("ws", "sse")]
@@ -75,6 +78,8 @@ def check_answers(out: Path, usernames: dict[str, list[str]]) -> dict:
             "refused_total": sum(reconnects),
             "refused_most": max(reconnects, default=0),
             "sockets_by_refusals": {str(n): count for n, count in sorted(Counter(reconnects).items())},
+            "busy_most": max(busy, default=0),
+            "failed_handshakes": dict(failed.most_common(5)),
         },
     }
 

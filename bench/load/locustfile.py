@@ -188,26 +188,29 @@ class ChatSocketUser(User):
     def on_stop(self) -> None:
         self.close()
 
-    def connect(self, name: str = "connect", *, as_the_page: bool = False) -> int:
+    def connect(self, name: str = "connect", *, as_the_page: bool = False) -> list:
         """Open the page's socket; a reader greenlet answers pings and queues the frames. A web
         process at its bound on handshakes accepts, sends its `busy` frame at once and closes (4429):
-        the page waits `retry_after` and opens again, as this does. With `as_the_page` (a socket
-        that was lost), a handshake that fails is tried again too, after the page's backoff (from
-        RETRY_BASE up to RETRY_CAP, full jitter) instead of failing the user. The tries refused."""
+        the page waits `retry_after` and opens again with the slot's ticket, as this does. With
+        `as_the_page` (a socket that was lost), a handshake that fails is tried again too, after the
+        page's backoff (from RETRY_BASE up to RETRY_CAP, full jitter) instead of failing the user.
+        The tries refused, each as [its time (epoch seconds), the retry_after it was told], or for a
+        handshake that failed [its time, None, the error]."""
         url = self.host.replace("http", "ws", 1) + "/ws/chat/"
         started = time.perf_counter()  # what the user waits: refusals and their waits included
-        refusals, bound = 0, RETRY_BASE
+        refusals, bound, slot = [], RETRY_BASE, None
         while True:
+            target, slot = url + (f"?slot={slot}" if slot else ""), None
             try:
                 ws = websocket.create_connection(
-                    url, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
+                    target, origin=self.host, cookie=f"sessionid={self.me}", timeout=MODEL.answer_timeout
                 )
             except Exception as exc:
                 if not as_the_page:
                     report("WS", name, (time.perf_counter() - started) * 1000, repr(exc))
                     record(surface="ws", error="connect", detail=repr(exc))
                     raise
-                refusals += 1
+                refusals.append([time.time(), None, repr(exc)[:120]])
                 report("WS", f"refused {name}", 0)
                 gevent.sleep(random.uniform(0, bound))
                 bound = min(bound * 2, RETRY_CAP)
@@ -217,7 +220,8 @@ class ChatSocketUser(User):
             if frame is None:
                 break
             ws.close()
-            refusals += 1
+            slot = frame.get("slot")  # the page brings its slot's ticket back
+            refusals.append([time.time(), frame.get("retry_after")])
             refused("WS", "busy", frame.get("retry_after"))
         report("WS", name, opened)
         self.ws = ws
@@ -231,7 +235,9 @@ class ChatSocketUser(User):
         restarted): open again after a wait drawn below RETRY_BASE; each try refused is counted
         for this socket (bench.load.check)."""
         gevent.sleep(random.uniform(0, RETRY_BASE))
-        record(surface="ws", reconnect=self.connect("reconnect", as_the_page=True))
+        lost = time.time()
+        tries = self.connect("reconnect", as_the_page=True)
+        record(surface="ws", reconnect=len(tries), lost=lost, opened=time.time(), tries=tries)
 
     @staticmethod
     def _refusal(ws) -> dict | None:

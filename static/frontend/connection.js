@@ -31,6 +31,7 @@ export class Connection {
     this.neverOpened = 0; // tries in a row that never opened
     this.http = null; // the HTTP transport, once the socket has been given up
     this.unheard = null;
+    this.slot = null; // the ticket of the slot a refusal gave: the next socket brings it back
   }
 
   useHttp() {
@@ -44,7 +45,9 @@ export class Connection {
     if (this.http) return;
     if (sessionStorage.getItem(REMEMBERED) === "http") { this.useHttp(); return; }
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    const socket = new WebSocket(scheme + location.host + this.path);
+    const slot = this.slot ? "?slot=" + encodeURIComponent(this.slot) : "";
+    this.slot = null;
+    const socket = new WebSocket(scheme + location.host + this.path + slot);
     this.socket = socket;
     let opened = false;
     let refusal = null; // the web process's `busy` (reason web_pending) before it closed this socket
@@ -77,12 +80,14 @@ export class Connection {
       // 4401: the session no longer logs the user in (logout, expiry, account change); reconnecting cannot succeed.
       if (event.code === 4401) { this.handlers.onLoggedOut(); return; }
       // 4429 (or its frame, whatever the close said): the web process had too many handshakes waiting
-      // and read nothing this socket sent. The page opens again when it was told to.
+      // and read nothing this socket sent. The page opens again when it was told to, with the
+      // ticket of that slot, which any web process of the site takes past its bound.
       if (event.code === 4429 || refusal) {
         this.outbox.unshift(...(this.unheard || []));
         this.unheard = null;
         this.handlers.onLost();
         const wait = refusal && refusal.retry_after ? refusal.retry_after * 1000 : this.nextWait();
+        this.slot = (refusal && refusal.slot) || null;
         setTimeout(() => this.open(), wait);
         return;
       }

@@ -1,5 +1,6 @@
 """The load test's check (bench.load.check): each socket a restart cut and the page opened again is
-counted with its refused tries, apart from the answers and the errors."""
+counted with its refused tries (`busy` apart from handshakes that failed), apart from the answers and
+the errors."""
 
 import json
 
@@ -11,7 +12,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_it_counts_each_reopened_sockets_refused_tries_apart_from_the_answers(tmp_path):
-    records = [{"surface": "ws", "reconnect": n} for n in (0, 1, 1, 3)]
+    busy, failed = [1.0, 2.5], [2.0, None, "ConnectionResetError()"]
+    tries = {0: [], 1: [busy], 3: [failed, busy, busy]}
+    records = [{"surface": "ws", "reconnect": n, "tries": tries[n]} for n in (0, 1, 1, 3)]
     (tmp_path / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = check_answers(tmp_path, {})
     assert result["passed"] and result["answers"] == {} and result["errors"] == {}
@@ -20,4 +23,6 @@ def test_it_counts_each_reopened_sockets_refused_tries_apart_from_the_answers(tm
         "refused_total": 5,
         "refused_most": 3,
         "sockets_by_refusals": {"0": 1, "1": 2, "3": 1},
+        "busy_most": 2,
+        "failed_handshakes": {"ConnectionResetError()": 1},
     }

@@ -2,6 +2,7 @@
 Events), with the same rendering, stop, and resume after a reload: Chromium, daphne, the real engine."""
 
 import json
+import re
 import time
 
 import pytest
@@ -98,18 +99,20 @@ def test_a_socket_refused_as_busy_opens_again_when_told_and_loses_no_message(pag
     """A web process at its bound on handshakes accepts, says `busy` (reason `web_pending`, with
     `retry_after`) and closes with 4429, reading nothing the page sent: the page waits as told,
     opens again and sends once more what the refused socket was given; it does not take the
-    refusal for a blocked socket and go to HTTP. The first socket is refused at once, the second
+    refusal for a blocked socket and go to HTTP; each next socket brings its slot's ticket back. The first socket is refused at once, the second
     once the page has sent the question into it, the third reaches the web process."""
     get_user_model().objects.create_user("noor", password="pw-noor-123456")
-    opened = []
+    opened, urls = [], []
     busy = {"type": "chat.error", "code": "busy", "detail": "This server is busy; try again in a moment."}
 
     def refuse(ws):
-        ws.send(json.dumps({**busy, "reason": "web_pending", "retry_after": 3.0}))
+        slot = f"ticket-{len(opened)}"
+        ws.send(json.dumps({**busy, "reason": "web_pending", "retry_after": 3.0, "slot": slot}))
         ws.close(code=4429)
 
     def route(ws):
         opened.append(time.monotonic())
+        urls.append(ws.url)
         if len(opened) == 1:
             refuse(ws)
         elif len(opened) == 2:
@@ -117,7 +120,7 @@ def test_a_socket_refused_as_busy_opens_again_when_told_and_loses_no_message(pag
         else:
             ws.connect_to_server()
 
-    page.route_web_socket("**/ws/chat/", route)
+    page.route_web_socket(re.compile(r"/ws/chat/(\?|$)"), route)
     streams = []
     page.on("request", lambda r: streams.append(r.url) if "/chat/stream" in r.url else None)
     log_in(page, product_server, "noor", "pw-noor-123456", "/accounts/login/?next=/")
@@ -128,6 +131,8 @@ def test_a_socket_refused_as_busy_opens_again_when_told_and_loses_no_message(pag
     assert len(opened) == 3
     # Each wait is the refusal's retry_after, not the reconnect backoff's 0.5 s.
     assert opened[1] - opened[0] >= 2.5 and opened[2] - opened[1] >= 2.5
+    # Each next socket brings back the ticket of the slot it was given, and only that one.
+    assert [url.partition("/ws/chat/")[2] for url in urls] == ["", "?slot=ticket-1", "?slot=ticket-2"]
     assert streams == []  # the socket, not the HTTP fallback
     # The refusal is the connection's: had the chat read it, the question would be back in the composer.
     expect(page.locator("#prompt")).to_have_value("")

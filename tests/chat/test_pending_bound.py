@@ -17,8 +17,9 @@ from answers import admission
 from chat.protocol import refused
 from chatsite.errors import json_body, server_error
 from httpkit import pending
-from httpkit.pending import TRY_AGAIN_LATER, PendingBound
+from httpkit.pending import TICKET_CEILING, TRY_AGAIN_LATER, PendingBound
 from httpkit.retryslots import RetrySlots
+from httpkit.slottickets import SlotTickets
 
 
 class HeldApp:
@@ -46,7 +47,7 @@ class HeldApp:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-def bounded(app, limit=1, refusals=None, slots=None):
+def bounded(app, limit=1, refusals=None, slots=None, tickets=None):
     return PendingBound(
         app,
         limit=limit,
@@ -55,6 +56,7 @@ def bounded(app, limit=1, refusals=None, slots=None):
         json_body=json_body,
         on_refused=(refusals.append if refusals is not None else lambda reason: None),
         exempt=("/healthz", "/metrics"),
+        tickets=tickets,
     )
 
 
@@ -211,6 +213,57 @@ async def test_a_handshake_past_the_bound_is_told_busy_and_closed_with_4429():
     assert inner.calls == 2
     await waiting.disconnect()
     await another.disconnect()
+
+
+async def test_a_socket_back_at_its_slot_is_taken_past_the_bound_up_to_its_ceiling():
+    """The refusal's frame carries its slot as a ticket; a socket that brings it back when it is due
+    is taken though the bound is full (any process of the fleet would), up to TICKET_CEILING times
+    the bound."""
+    now = [1000.0]
+    tickets = SlotTickets(b"fleet key", clock=lambda: now[0])
+    inner = HeldApp()
+    app = bounded(inner, limit=1, tickets=tickets)
+    held = [WebsocketCommunicator(app, "/ws/chat/")]
+    opening = [asyncio.ensure_future(held[0].connect(timeout=3))]
+    await asyncio.sleep(0.05)
+
+    refusal = WebsocketCommunicator(app, "/ws/chat/")
+    assert (await refusal.connect(timeout=2))[0]
+    frame = await refusal.receive_json_from(timeout=2)
+    slot = frame["slot"]
+    assert frame["reason"] == "web_pending" and not tickets.due(slot), "due before its slot"
+    now[0] += frame["retry_after"]
+    assert tickets.due(slot)
+
+    async def tried(path: str) -> str:
+        socket = WebsocketCommunicator(app, path)
+        task = asyncio.ensure_future(socket.connect(timeout=3))
+        await asyncio.sleep(0.05)
+        if task.done():  # refused: accepted only to say so
+            await socket.receive_json_from(timeout=2)
+            return "refused"
+        held.append(socket)
+        opening.append(task)
+        return "taken"
+
+    forged = slot.rsplit(".", 1)[0] + ".0" + slot.rsplit(".", 1)[1][1:]
+    assert await tried(f"/ws/chat/?slot={forged}") == "refused"
+    for _ in range(TICKET_CEILING - 1):
+        assert await tried(f"/ws/chat/?slot={slot}") == "taken"
+    assert await tried(f"/ws/chat/?slot={slot}") == "refused", "past the ceiling"
+    inner.release.set()
+    for task in opening:
+        assert (await task)[0]
+    now[0] += 60  # long past its slot: the ticket has lapsed
+    inner.release.clear()
+    held.append(WebsocketCommunicator(app, "/ws/chat/"))
+    opening = [asyncio.ensure_future(held[-1].connect(timeout=3))]
+    await asyncio.sleep(0.05)
+    assert await tried(f"/ws/chat/?slot={slot}") == "refused"
+    inner.release.set()
+    await opening[0]
+    for socket in held:
+        await socket.disconnect()
 
 
 async def test_no_bound_when_the_limit_is_zero():
