@@ -206,6 +206,7 @@ bench: prepare install-dev
 	$(if $(BENCH_DATABASE_URL),DATABASE_URL="$(BENCH_DATABASE_URL)" $(BIN)/python -m bench.bench_streaming $(BENCH_FLAGS))
 	$(BIN)/python -m bench.report
 	$(if $(wildcard bench/bench_bulk_chat.py),$(BIN)/python -m bench.bench_bulk_chat)
+	$(BIN)/python -m bench.bench_batch_api $(BENCH_FLAGS)
 
 # Open WebUI, the peer the side-by-side benchmark compares with (bench.bench_side_by_side), in a
 # virtualenv of its own under the data folder: its pins are not the product's. torch is pinned to the

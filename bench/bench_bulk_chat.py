@@ -23,8 +23,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -36,10 +34,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from bench import setup
-from bench.processes import PRODUCTION, engine_config, engine_running, log_file, logs, redis_running
+from bench.processes import celery_worker, engine_config, engine_running, redis_running
 from bench.results import RESULTS, save
 from documents.uploads import DocumentInput
-from harness.processes import ROOT
 from inference.client import ChatRequest, Completion, OpenAIEngineClient
 from jobs.summarize import PRESETS, Summarizer
 from redisconn.keys import CHAT_ACTIVE
@@ -157,35 +154,6 @@ async def raw_bulk(client: OpenAIEngineClient, texts: list[str], concurrency: in
         "cache_hit_ratio": round(sum(s.cached_tokens for s in summaries) / prompt, 3) if prompt else None,
         "load_average": round(os.getloadavg()[0], 2),
     }
-
-
-@contextlib.contextmanager
-def celery_worker(engine_url: str):
-    log = log_file("bulk-celery")
-    env = dict(os.environ, **PRODUCTION, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING")
-    worker_args = (
-        f"--app chatsite worker --queues bulk --hostname bench-{os.getpid()}@%h --concurrency 1 "
-        "--loglevel INFO --without-gossip --without-mingle --without-heartbeat"
-    ).split()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", *worker_args],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while " ready." not in (logs() / "bulk-celery.log").read_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the Celery worker did not start; see var/bench-logs/bulk-celery.log")
-            time.sleep(0.2)
-        yield
-    finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
 
 
 def submit_job(texts: list[str]) -> "Job":

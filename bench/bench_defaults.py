@@ -24,10 +24,11 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from bench import setup
-from bench.bench_bulk_chat import celery_worker, document, job_until_done, raw_bulk, submit_job
+from bench.bench_bulk_chat import document, job_until_done, raw_bulk, submit_job
 from bench.bench_streaming import MAX_TOKENS, jobs_for, product_level, raw_level
 from bench.processes import (
     bench_users,
+    celery_worker,
     engine_config,
     engine_process,
     product_environment,

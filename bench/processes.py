@@ -4,6 +4,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from django.test import Client
 
 from deploy.supervisor import Topology, write
 from enginehost.launcher import EngineConfig, EngineProcess
-from harness.processes import daphne_running, free_port, ports_in_a_row, redis_answers, redis_serving
+from harness.processes import ROOT, daphne_running, free_port, ports_in_a_row, redis_answers, redis_serving
 from harness.supervision import BIN, Supervisord, answers, supervisord_running
 from harness.waiting import wait_for
 
@@ -201,3 +202,33 @@ def delete_users(pks: list[int], tries: int = 10) -> None:
             if attempt == tries - 1:
                 raise
             time.sleep(3)
+
+
+@contextlib.contextmanager
+def celery_worker(engine_url: str, **environment: str) -> Iterator[None]:
+    """A Celery worker of the bulk queue against `engine_url`, with extra settings from `environment`."""
+    log = log_file("bulk-celery")
+    env = dict(os.environ, **PRODUCTION, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING", **environment)
+    worker_args = (
+        f"--app chatsite worker --queues bulk --hostname bench-{os.getpid()}@%h --concurrency 1 "
+        "--loglevel INFO --without-gossip --without-mingle --without-heartbeat"
+    ).split()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", *worker_args],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while " ready." not in (logs() / "bulk-celery.log").read_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the Celery worker did not start; see var/bench-logs/bulk-celery.log")
+            time.sleep(0.2)
+        yield
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()

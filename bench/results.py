@@ -6,8 +6,9 @@ import json
 import os
 import platform
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -87,6 +88,30 @@ def summarize(answers: Sequence[Answer], wall: float) -> dict:
         "gap_p50_ms": ms(percentile(gaps, 50)),
         "gap_p99_ms": ms(percentile(gaps, 99)),
     }
+
+
+@contextlib.contextmanager
+def load_during(every: float = 1.0) -> Iterator[dict]:
+    """The host's 1-minute load average sampled every `every` seconds while the block runs: the dict
+    it yields gets `load_mean` and `load_max` on the way out (the host is shared, so each phase says
+    what else ran)."""
+    samples = [os.getloadavg()[0]]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every):
+            samples.append(os.getloadavg()[0])
+
+    figures: dict = {}
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield figures
+    finally:
+        stop.set()
+        thread.join()
+        figures["load_mean"] = round(sum(samples) / len(samples), 2)
+        figures["load_max"] = round(max(samples), 2)
 
 
 def machine() -> dict:

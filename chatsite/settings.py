@@ -620,6 +620,9 @@ BATCH_FILES_DIR = Path(env_str("BATCH_FILES_DIR", str(DATA_DIR / "batch-files"))
 # One file's bytes (refused past it, 413) and the requests one batch's file may hold.
 BATCH_FILE_MAX_BYTES = env_int("BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024, minimum=1024)
 BATCH_MAX_REQUESTS = env_int("BATCH_MAX_REQUESTS", 50000, minimum=1)
+# The most lines one batch keeps in flight while chat is quiet (BULK_CONCURRENCY is the summary
+# jobs'); chat still drops it to BULK_CONCURRENCY_WHILE_CHAT at once. The engine's batch limit by default.
+BATCH_CONCURRENCY = env_int("BATCH_CONCURRENCY", 64, minimum=1)
 # Files whose expiry (`expires_after`) has passed, and batches past their completion window, are
 # swept this often.
 BATCH_SWEEP_SECONDS = env_float("BATCH_SWEEP_SECONDS", 300.0, minimum=1.0)

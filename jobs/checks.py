@@ -25,6 +25,8 @@ def check_bulk_settings(app_configs, **kwargs) -> list[Error]:
         )
     if settings.BULK_CONCURRENCY_MIN > settings.BULK_CONCURRENCY:
         errors.append(Error("BULK_CONCURRENCY_MIN exceeds BULK_CONCURRENCY", id="jobs.E002"))
+    if settings.BULK_CONCURRENCY_MIN > settings.BATCH_CONCURRENCY:
+        errors.append(Error("BULK_CONCURRENCY_MIN exceeds BATCH_CONCURRENCY", id="jobs.E004"))
     if settings.BULK_MAX_SUMMARY_TOKENS * 2 > settings.BULK_CHUNK_TOKENS:
         errors.append(
             Error(

@@ -31,6 +31,9 @@ class Kind:
     lines: Callable[[int, EngineClient], LineRun]
     # Called in the worker, once the job has ended (finished or cancelled), with the job's id.
     ended: Callable[[int], None]
+    # The most lines one job of the kind keeps in flight while chat is quiet, read when its run
+    # starts; None: BULK_CONCURRENCY.
+    concurrency: Callable[[], int] | None = None
 
 
 KINDS: dict[str, Kind] = {}

@@ -44,9 +44,11 @@ ENGINE_DOWN = "engine_unavailable"
 STATUS_EVERY = 1.0
 
 
-def new_shaper() -> Shaper:
+def new_shaper(kind: str = "") -> Shaper:
+    """The shaper of one run of a job of `kind`: its kind's ceiling (jobs.kinds), or BULK_CONCURRENCY."""
+    own = kinds.KINDS[kind].concurrency if kind in kinds.KINDS else None
     return Shaper(
-        maximum=settings.BULK_CONCURRENCY,
+        maximum=own() if own is not None else settings.BULK_CONCURRENCY,
         minimum=settings.BULK_CONCURRENCY_MIN,
         while_chat=settings.BULK_CONCURRENCY_WHILE_CHAT,
         quiet_seconds=settings.BULK_QUIET_SECONDS,
@@ -319,7 +321,7 @@ async def run_job(
         engine=engine,
         probe=load,
         lock=lock,
-        shaper=shaper or new_shaper(),
+        shaper=shaper or new_shaper(job.kind),
         deadline=asyncio.get_running_loop().time() + seconds,
         interval=settings.BULK_SHAPER_INTERVAL,
         preempt=settings.BULK_PREEMPT,

@@ -76,7 +76,8 @@ def bulk_job(options: argparse.Namespace, engine_url: str) -> Iterator[object | 
     if not options.bulk:
         yield None
         return
-    from bench.bench_bulk_chat import celery_worker, document, submit_job
+    from bench.bench_bulk_chat import document, submit_job
+    from bench.processes import celery_worker
 
     with celery_worker(engine_url):
         yield submit_job([document(seed, 40) for seed in range(options.bulk)])

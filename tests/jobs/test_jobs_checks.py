@@ -16,3 +16,10 @@ def test_it_refuses_contradictory_concurrency_and_summary_bounds(settings):
     settings.BULK_CONCURRENCY_MIN = 9
     settings.BULK_MAX_SUMMARY_TOKENS = 1500
     assert [e.id for e in check_bulk_settings(None)] == ["jobs.E002", "jobs.E003"]
+
+
+def test_it_refuses_a_floor_above_the_batch_ceiling(settings):
+    settings.BATCH_CONCURRENCY = 4
+    settings.BULK_CONCURRENCY_MIN = 6
+    settings.BULK_CONCURRENCY = 8
+    assert [e.id for e in check_bulk_settings(None)] == ["jobs.E004"]

@@ -4,6 +4,7 @@ import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from jobs.runner import new_shaper
 from jobs.shaping import Shaper, Signal, chat_active
 from redisconn.keys import CHAT_ACTIVE
 
@@ -61,6 +62,18 @@ def test_it_backs_off_by_one_while_the_engine_queues_requests():
         shaper.update(quiet())
     queued = Signal(chat_active=0, running=6, waiting=2, bulk_inflight=8)
     assert [shaper.update(queued) for _ in range(3)] == [7, 6, 5]
+
+
+def test_a_batch_grows_to_its_own_ceiling_and_still_drops_at_once_when_chat_starts(settings):
+    settings.BULK_CONCURRENCY, settings.BATCH_CONCURRENCY = 8, 64
+    settings.BULK_CONCURRENCY_MIN, settings.BULK_CONCURRENCY_WHILE_CHAT = 1, 1
+    batch, summary = new_shaper("batch"), new_shaper("summary")
+    for _ in range(100):
+        batch.update(quiet())
+        summary.update(quiet())
+    assert (batch.limit, summary.limit) == (64, 8)
+    chat = Signal(chat_active=1, running=65, waiting=0, bulk_inflight=64)
+    assert batch.update(chat) == 1 and batch.chat_busy
 
 
 def test_it_holds_the_minimum_when_the_signals_cannot_be_read():
