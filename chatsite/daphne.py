@@ -109,8 +109,9 @@ class SpooledBody(asyncio.Queue):
             self._body.seek(0)
         chunk = self._body.read(self.CHUNK)
         more = self._body.tell() < self._size
-        if not more:
+        if not more:  # the body is read: what comes next (http.disconnect) comes from the queue
             self._body.close()
+            self._body, self._size, self._reading = None, 0, False
         return {"type": "http.request", "body": chunk, "more_body": more}
 
 
