@@ -158,17 +158,37 @@ def _halves(facts: list) -> dict[str, set[int]]:
     }
 
 
-def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
+def _embedding_cost(texts: list[str], windows: list[list[str]], model_dir: str) -> dict:
+    """Seconds to embed the passages alone and with their windows (fresh, in this process: what the
+    embedding engine computes at ingestion), on a sample of the set's passages."""
+    from bench.knowledge_corpus import Embedder
+
+    embedder = Embedder(model_dir)
+    embedder(texts[:64])  # warm up
+    with_windows = [text for passage, extra in zip(texts, windows, strict=True) for text in (passage, *extra)]
+    passages_s = _timed(lambda: embedder(texts)) / 1000
+    windows_s = _timed(lambda: embedder(with_windows)) / 1000
+    return {
+        "passages": len(texts),
+        "texts_with_windows": len(with_windows),
+        "passages_s": round(passages_s, 1),
+        "with_windows_s": round(windows_s, 1),
+        "ratio": round(windows_s / passages_s, 2),
+    }
+
+
+def run_facts(model_dir: str, documents_total: int, places: int, cost_sample: int) -> dict:
     """Planted-fact recall@5 of each retrieval mode, through the product's chunker and search, on all the
-    questions and on each half; and the share of answers whose sources (the passages a prompt quotes,
-    within its passage budget) hold the fact's document."""
+    questions and on each half; the share of answers whose sources (the passages a prompt quotes, within
+    its passage budget) hold the fact's document; and what the windows cost in embedding time."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
+    from django.db import connection
 
     from bench import knowledge_facts
     from bench.knowledge_corpus import embedded, passages
-    from knowledge import chunking, context, search, services
+    from knowledge import chunking, claims, context, search, services, vectors
     from knowledge.models import Chunk, Document
 
     call_command("migrate", verbosity=0)
@@ -178,7 +198,7 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
     collection = services.collection_create(owner=owner, name="Facts")
     fact_document: dict[int, int] = {}
     began = time.perf_counter()
-    rows, texts = [], []
+    rows, pieces = [], []
     for i, (text, fact) in enumerate(docs):
         document = Document.objects.create(
             collection=collection, name=f"doc-{i}.txt", content_hash=f"{i:064d}", text=text,
@@ -191,11 +211,24 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
                 Chunk(document=document, collection=collection, position=piece.position, text=piece.text,
                       tokens=piece.tokens, chunker=chunking.chunker_id(), embedding=b"")
             )  # fmt: skip
-            texts.append(piece.text)
+            pieces.append(piece)
+    texts = [piece.text for piece in pieces]
+    windows = [chunking.windows(text) for text in texts]
     # Embedded once per chunker and corpus, kept under var/bench/ (bench.knowledge_corpus).
-    for row, vector in zip(rows, embedded(texts, model_dir, "facts-chunks"), strict=True):
+    chunk_vectors = embedded(texts, model_dir, "facts-chunks")
+    window_texts = [text for found in windows for text in found]
+    window_vectors = iter(embedded(window_texts, model_dir, "facts-windows") if window_texts else [])
+    for row, vector in zip(rows, chunk_vectors, strict=True):
         row.embedding = vector.tobytes()
     Chunk.objects.bulk_create(rows, batch_size=500)
+    by_document: dict[int, list] = {}
+    for row, piece, vector, found in zip(rows, pieces, chunk_vectors, windows, strict=True):
+        by_document.setdefault(row.document_id, []).append(
+            (piece, vector, [next(window_vectors) for _ in found])
+        )
+    for document_id, stored in by_document.items():
+        vectors.index_vectors([(document_id, piece.position, vector) for piece, vector, _ in stored])
+        claims.windows_store(document_id=document_id, collection_id=collection.pk, rows=stored)
     indexed_s = time.perf_counter() - began
     question_vectors = embedded([f.question for f in facts], model_dir, "facts-questions")
     halves = _halves(facts)
@@ -224,9 +257,15 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
     return {
         "documents": len(docs),
         "questions": len(facts),
+        "store": "pgvector" if vectors.has_index() else connection.vendor,
+        "passages": len(rows),
+        "windows": len(window_texts),
         "indexed_s": round(indexed_s, 1),
         "modes": modes,
         "sources_hold_document": round(sourced / len(facts), 4),
+        "embedding_cost": _embedding_cost(texts[:cost_sample], windows[:cost_sample], model_dir)
+        if cost_sample
+        else None,
         "settings": {
             name: getattr(settings, name)
             for name in (
@@ -235,6 +274,7 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
                 "KNOWLEDGE_RRF_K",
                 "KNOWLEDGE_CHUNK_TOKENS",
                 "KNOWLEDGE_CHUNK_OVERLAP",
+                "KNOWLEDGE_WINDOW_TOKENS",
                 "KNOWLEDGE_TOP_K",
             )
         },  # fmt: skip
@@ -243,9 +283,10 @@ def run_facts(model_dir: str, documents_total: int, places: int) -> dict:
 
 def _child(options: argparse.Namespace) -> None:
     folder = ROOT / "var" / "bench" / f"knowledge-{options.store}"
-    url, server = _store_url(
-        "sqlite" if options.store in ("facts", "pdf", "prefix") else options.store, folder
-    )
+    if options.store == "facts":
+        url, server = _store_url(options.facts_store, folder)
+    else:
+        url, server = _store_url("sqlite" if options.store in ("pdf", "prefix") else options.store, folder)
     try:
         if server is None:  # the bundled pgvector server starts empty
             _fresh_database(url)
@@ -263,7 +304,7 @@ def _child(options: argparse.Namespace) -> None:
 
             result = run_prefix()
         elif options.store == "facts":
-            result = run_facts(model_dir, options.documents, options.places)
+            result = run_facts(model_dir, options.documents, options.places, options.cost_sample)
         else:
             result = run_store(options.store, options.sizes, options.widths, model_dir)
         Path(options.result).write_text(json.dumps(result))
@@ -279,6 +320,14 @@ def parser() -> argparse.ArgumentParser:
         parser.add_argument("--widths", type=int, nargs="+", default=[16, 40, 100, 200])
         parser.add_argument("--documents", type=int, default=10_000, help="planted-fact set: documents")
         parser.add_argument("--places", type=int, default=40, help="planted-fact set: places (5 facts each)")
+        parser.add_argument(
+            "--facts-store", choices=["sqlite", "postgres", "pgvector"], default="sqlite",
+            help="planted-fact set: the store",
+        )  # fmt: skip
+        parser.add_argument(
+            "--cost-sample", type=int, default=2000,
+            help="planted-fact set: passages embedded alone and with their windows, timed (0: none)",
+        )  # fmt: skip
         parser.add_argument("--store", help=argparse.SUPPRESS)
         parser.add_argument("--result", help=argparse.SUPPRESS)
 
@@ -307,6 +356,7 @@ def main() -> dict:
             *(sys.executable, "-m", "bench.bench_knowledge", "--store", store, "--result", str(out)),
             *("--sizes", *map(str, options.sizes), "--widths", *map(str, options.widths)),
             *("--documents", str(options.documents), "--places", str(options.places)),
+            *("--facts-store", options.facts_store, "--cost-sample", str(options.cost_sample)),
         ]
         subprocess.run(command, cwd=ROOT, check=True)
         data = json.loads(out.read_text())

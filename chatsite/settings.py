@@ -577,7 +577,10 @@ CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += sorted(
 # Passages: tokens of the embedding model each, and how many each shares with the one before.
 KNOWLEDGE_CHUNK_TOKENS = env_int("KNOWLEDGE_CHUNK_TOKENS", 200, minimum=16, maximum=510)
 KNOWLEDGE_CHUNK_OVERLAP = env_int("KNOWLEDGE_CHUNK_OVERLAP", 40, minimum=0)
-# Passages sent to the embedding engine in one request; fewer while chat answers stream.
+# A passage's windows: its sentences, at most this many tokens each, embedded beside it (0: none).
+KNOWLEDGE_WINDOW_TOKENS = env_int("KNOWLEDGE_WINDOW_TOKENS", 64, minimum=0, maximum=510)
+# Texts (passages and their windows) sent to the embedding engine in one request; fewer while chat
+# answers stream.
 KNOWLEDGE_EMBED_BATCH = env_int("KNOWLEDGE_EMBED_BATCH", 64, minimum=1)
 KNOWLEDGE_EMBED_BATCH_WHILE_CHAT = env_int("KNOWLEDGE_EMBED_BATCH_WHILE_CHAT", 8, minimum=1)
 KNOWLEDGE_MAX_ATTEMPTS = env_int("KNOWLEDGE_MAX_ATTEMPTS", 3, minimum=1)
@@ -585,7 +588,7 @@ KNOWLEDGE_LEASE_SECONDS = env_int("KNOWLEDGE_LEASE_SECONDS", 120, minimum=10)
 # Retrieval: passages a question gets, candidates each search ranks before they are fused, the
 # vector similarity below which a passage is not a match, reciprocal rank fusion's constant.
 KNOWLEDGE_TOP_K = env_int("KNOWLEDGE_TOP_K", 5, minimum=1, maximum=50)
-KNOWLEDGE_CANDIDATES = env_int("KNOWLEDGE_CANDIDATES", 100, minimum=1, maximum=1000)
+KNOWLEDGE_CANDIDATES = env_int("KNOWLEDGE_CANDIDATES", 200, minimum=1, maximum=1000)
 KNOWLEDGE_MIN_SCORE = env_float("KNOWLEDGE_MIN_SCORE", 0.1, minimum=-1.0, maximum=1.0)
 KNOWLEDGE_RRF_K = env_int("KNOWLEDGE_RRF_K", 60, minimum=1)
 # pgvector's HNSW search width (hnsw.ef_search): recall against time.

@@ -2,10 +2,15 @@
 own tokenizer, each overlapping the one before by KNOWLEDGE_CHUNK_OVERLAP tokens, so a sentence cut at one
 edge is whole in the neighbour. The cut is deterministic: the same text and settings give the same chunks,
 which is what lets an interrupted indexing run skip the chunks it already stored.
+
+Each passage also has windows: its sentences, each cut at KNOWLEDGE_WINDOW_TOKENS tokens, embedded beside
+it, so a question that one sentence answers finds the passage by that sentence (knowledge.vectors). A
+passage of one window has none: its own vector is that window's.
 """
 
 import bisect
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +18,8 @@ from django.conf import settings
 from tokenizers import Tokenizer
 
 PAGE_BREAK = "\f"
+# A sentence ends at . ! or ? before white space, or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,7 @@ def chunker_id() -> str:
     """What the chunks are made with: a document indexed with another is indexed again."""
     return (
         f"tokens-{settings.KNOWLEDGE_CHUNK_TOKENS}-{settings.KNOWLEDGE_CHUNK_OVERLAP}"
-        f"-{settings.EMBEDDING_MODEL_NAME}"
+        f"-w{settings.KNOWLEDGE_WINDOW_TOKENS}-{settings.EMBEDDING_MODEL_NAME}"
     )
 
 
@@ -66,3 +73,20 @@ def pieces(text: str, *, size: int | None = None, overlap: int | None = None) ->
             break
         first += step
     return result
+
+
+def windows(passage: str, *, size: int | None = None) -> list[str]:
+    """The passage's sentences, each cut at `size` tokens (KNOWLEDGE_WINDOW_TOKENS); none when that
+    leaves one window, or when `size` is 0."""
+    size = settings.KNOWLEDGE_WINDOW_TOKENS if size is None else size
+    if not size:
+        return []
+    found: list[str] = []
+    for sentence in _SENTENCE_END.split(passage):
+        offsets = tokenizer().encode(sentence, add_special_tokens=False).offsets
+        for first in range(0, len(offsets), size):
+            last = min(first + size, len(offsets))
+            window = sentence[offsets[first][0] : offsets[last - 1][1]].strip()
+            if window:
+                found.append(window)
+    return found if len(found) > 1 else []

@@ -2,8 +2,8 @@
 
 Every change is conditional on the worker still holding the document (its name in `claimed_by`), so a
 worker that lost its lease (killed, paused past it) cannot undo the one that took over; chunks are
-written once under the unique (document, position) key, and a run skips the positions already stored,
-so an interrupted document is finished, not embedded again.
+written once under the unique (document, position) key, each with its windows in the same transaction, and
+a run skips the positions already stored, so an interrupted document is finished, not embedded again.
 """
 
 from datetime import timedelta
@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from knowledge.models import Chunk, Document
+from knowledge.models import Chunk, Document, Window
 from knowledge.vectors import index_vectors, to_bytes
 
 
@@ -75,7 +75,8 @@ def document_chunker_set(*, document_id: int, worker: str, chunker: str, total: 
 
 
 def chunks_store(*, document_id: int, collection_id: int, worker: str, chunker: str, rows: list) -> bool:
-    """Write embedded pieces [(piece, vector)] once each; False when the worker lost the document."""
+    """Write embedded pieces [(piece, vector, its windows' vectors)] once each; False when the worker
+    lost the document."""
     with transaction.atomic():
         if not _held(document_id, worker).select_for_update().exists():
             return False
@@ -92,16 +93,38 @@ def chunks_store(*, document_id: int, collection_id: int, worker: str, chunker: 
                     chunker=chunker,
                     embedding=to_bytes(vector),
                 )
-                for piece, vector in rows
+                for piece, vector, _ in rows
             ],
             ignore_conflicts=True,
         )
-        index_vectors([(document_id, piece.position, vector) for piece, vector in rows])
+        index_vectors([(document_id, piece.position, vector) for piece, vector, _ in rows])
+        windows_store(document_id=document_id, collection_id=collection_id, rows=rows)
         done = Chunk.objects.filter(document_id=document_id).count()
         Document.objects.filter(pk=document_id).update(
             chunks_done=done, lease_until=timezone.now() + _lease()
         )
     return True
+
+
+def windows_store(*, document_id: int, collection_id: int, rows: list) -> None:
+    """Write the windows' vectors of stored pieces [(piece, vector, its windows' vectors)]."""
+    chunk_ids = dict(
+        Chunk.objects.filter(document_id=document_id, position__in=[piece.position for piece, _, _ in rows])
+        .values_list("position", "id")
+    )  # fmt: skip
+    found = [
+        (chunk_ids[piece.position], position, vector)
+        for piece, _, windows in rows
+        for position, vector in enumerate(windows)
+    ]
+    Window.objects.bulk_create(
+        [
+            Window(chunk_id=chunk, collection_id=collection_id, position=position, embedding=to_bytes(vector))
+            for chunk, position, vector in found
+        ],
+        ignore_conflicts=True,
+    )
+    index_vectors(found, windows=True)
 
 
 def document_finish(*, document_id: int, worker: str) -> bool:

@@ -1,4 +1,4 @@
-"""Passages by their words: SQLite's FTS5 (bm25) or PostgreSQL's text search (ts_rank_cd).
+"""Passages by their words: SQLite's FTS5 (bm25) or PostgreSQL's text search (ts_rank).
 
 A question is a few words, not a query language: its words are matched with OR, so a passage needs
 only some of them, and the ranking prefers passages with more of them and rarer ones.
@@ -48,7 +48,7 @@ def search(question: str, collection_ids: Sequence[int], limit: int) -> list[tup
             cursor.execute(
                 "WITH q AS (SELECT to_tsquery(%s::regconfig, "
                 "array_to_string(array(SELECT quote_literal(w) FROM unnest(%s::text[]) w), ' | ')) AS q) "
-                "SELECT c.id, ts_rank_cd(c.search, q.q) AS rank FROM knowledge_chunk c, q "
+                "SELECT c.id, ts_rank(c.search, q.q) AS rank FROM knowledge_chunk c, q "
                 f"WHERE c.search @@ q.q AND c.collection_id IN ({placeholders}) "
                 "ORDER BY rank DESC, c.id LIMIT %s",
                 [settings.KNOWLEDGE_FTS_CONFIG, terms, *collection_ids, limit],

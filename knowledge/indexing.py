@@ -1,5 +1,5 @@
 """A collection's indexing run in one worker: claim its documents one at a time, read each in the
-bounded child process, cut it into passages, embed them in batches and store them.
+bounded child process, cut it into passages, embed them and their windows in batches and store them.
 
 It runs below chat: while chat answers stream (answers.admission's count, across web processes)
 batches shrink to KNOWLEDGE_EMBED_BATCH_WHILE_CHAT, so the embedding engine never holds the host's
@@ -71,6 +71,27 @@ async def _batch_size(r) -> int:
     return settings.KNOWLEDGE_EMBED_BATCH_WHILE_CHAT if busy else settings.KNOWLEDGE_EMBED_BATCH
 
 
+def _batch(todo: list, size: int) -> tuple[list, list]:
+    """The first pieces of `todo` [(piece, windows)] whose texts, windows included, are at most `size`
+    (at least one piece), and the rest."""
+    texts, taken = 0, 0
+    for _, windows in todo:
+        texts += 1 + len(windows)
+        if taken and texts > size:
+            break
+        taken += 1
+    return todo[:taken], todo[taken:]
+
+
+def _rows(batch: list, vectors: list) -> list:
+    """[(piece, its vector, its windows' vectors)] from vectors in the order the texts were sent."""
+    rows, at = [], 0
+    for piece, windows in batch:
+        rows.append((piece, vectors[at], vectors[at + 1 : at + 1 + len(windows)]))
+        at += 1 + len(windows)
+    return rows
+
+
 async def _text(document: Document) -> str:
     if document.text:
         return document.text
@@ -99,16 +120,17 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
         total=len(pieces),
         tokens=sum(p.tokens for p in pieces),
     )
-    todo = [piece for piece in pieces if piece.position not in stored]
+    todo = [(piece, chunking.windows(piece.text)) for piece in pieces if piece.position not in stored]
     while todo:
         if not await lock.refresh():
             # The run lost its lock (paused past it): another run goes on with this document.
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
             return
-        size = await _batch_size(r)
-        batch, todo = todo[:size], todo[size:]
+        batch, todo = _batch(todo, await _batch_size(r))
         try:
-            vectors = await embedder.aembed([piece.text for piece in batch], priority="bulk")
+            vectors = await embedder.aembed(
+                [text for piece, windows in batch for text in (piece.text, *windows)], priority="bulk"
+            )
         except EngineError as exc:
             log.warning("document %s: embedding engine unavailable (%s); given back", document.pk, exc)
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
@@ -118,7 +140,7 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
             collection_id=document.collection_id,
             worker=worker,
             chunker=chunker,
-            rows=list(zip(batch, vectors, strict=True)),
+            rows=_rows(batch, vectors),
         ):
             return  # another worker holds it now
     await database_sync_to_async(claims.document_finish)(document_id=document.pk, worker=worker)

@@ -1,9 +1,10 @@
-"""Collections, their documents and the documents' chunks with their vectors.
+"""Collections, their documents, the documents' chunks with their vectors, and the chunks' windows.
 
-A chunk's vector is kept as little-endian float32 bytes on every database, read by the exact search
-(knowledge.vectors); on a PostgreSQL with pgvector a migration adds a `vector` column and an HNSW index
-beside it, which the approximate search reads. Full-text search uses the database's own: FTS5 on SQLite,
-a GIN index over `to_tsvector` on PostgreSQL (knowledge.migrations).
+A chunk's vector, and each of its windows' (knowledge.chunking.windows), is kept as little-endian float32
+bytes on every database, read by the exact search (knowledge.vectors); on a PostgreSQL with pgvector
+migrations add a `vector` column and an HNSW index beside them, which the approximate search reads.
+Full-text search uses the database's own: FTS5 on SQLite, a GIN index over `to_tsvector` on PostgreSQL
+(knowledge.migrations).
 """
 
 from django.conf import settings
@@ -101,6 +102,24 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}:{self.position}"
+
+
+class Window(models.Model):
+    """One sentence of a chunk, embedded on its own: the chunk ranks by its best window or itself."""
+
+    chunk = models.ForeignKey(Chunk, on_delete=models.CASCADE, related_name="windows")
+    # The chunk's collection, kept here so a search filters windows without a join.
+    collection = models.ForeignKey(Collection, on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()
+    embedding = models.BinaryField()
+
+    class Meta:
+        ordering = ["chunk_id", "position"]
+        constraints = [models.UniqueConstraint(fields=["chunk", "position"], name="knowledge_window_once")]
+        indexes = [models.Index(fields=["collection", "chunk"])]
+
+    def __str__(self) -> str:
+        return f"{self.chunk_id}:{self.position}"
 
 
 class Quote(models.Model):

@@ -1,9 +1,12 @@
 """Nearest passages by vector: pgvector's HNSW index where the database has it, else exact search.
 
-Exact search reads the collections' vectors (float32 bytes on every database) into one matrix per
-collection, kept in this process and read again only when the collection's chunks change (their count
-or newest id), and ranks them with one matrix product. pgvector's index is approximate; its search
-width is KNOWLEDGE_HNSW_EF_SEARCH (recall against time, docs/benchmarks.md).
+A passage scores its best cosine similarity to the question: its own vector's or one of its windows'
+(knowledge.chunking.windows), so a passage that one sentence answers ranks by that sentence.
+Exact search reads the collections' vectors (float32 bytes on every database), each passage's followed by
+its windows', into one matrix per collection, kept in this process and read again only when the
+collection's chunks or windows change (their count or newest id), and ranks them with one matrix product.
+pgvector's index is approximate; its search width is KNOWLEDGE_HNSW_EF_SEARCH (recall against time,
+docs/benchmarks.md).
 """
 
 import threading
@@ -14,7 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Max
 
-from knowledge.models import Chunk
+from knowledge.models import Chunk, Window
 
 DTYPE = np.dtype("<f4")
 
@@ -51,21 +54,25 @@ def has_index() -> bool:
     return _has_index[alias]
 
 
-def index_vectors(rows: Sequence[tuple[int, int, Sequence[float]]]) -> None:
-    """Copy (document id, position, vector) into the `vector` column, where there is one."""
+def index_vectors(rows: Sequence[tuple[int, int, Sequence[float]]], *, windows: bool = False) -> None:
+    """Copy (document id, position, vector) of chunks, or (chunk id, position, vector) of `windows`, into
+    the `vector` column, where there is one."""
     if not rows or not has_index():
         return
+    table, owner = ("knowledge_window", "chunk_id") if windows else ("knowledge_chunk", "document_id")
     with connection.cursor() as cursor:
         cursor.executemany(
-            "UPDATE knowledge_chunk SET vector = %s::vector WHERE document_id = %s AND position = %s",
-            [(to_sql(vector), document, position) for document, position, vector in rows],
+            f"UPDATE {table} SET vector = %s::vector WHERE {owner} = %s AND position = %s",
+            [(to_sql(vector), key, position) for key, position, vector in rows],
         )
 
 
 class _Matrix:
-    def __init__(self, version: tuple[int, int], ids: np.ndarray, vectors: np.ndarray) -> None:
+    def __init__(self, version: tuple, ids: np.ndarray, starts: np.ndarray, vectors: np.ndarray) -> None:
         self.version = version
+        # Chunk ids, and where each chunk's rows (its own vector, then its windows') start in `vectors`.
         self.ids = ids
+        self.starts = starts
         self.vectors = vectors
 
 
@@ -73,19 +80,39 @@ _matrices: dict[int, _Matrix] = {}
 _lock = threading.Lock()
 
 
+def _version(collection_id: int) -> tuple:
+    chunks = Chunk.objects.filter(collection_id=collection_id).aggregate(n=Count("id"), last=Max("id"))
+    windows = Window.objects.filter(collection_id=collection_id).aggregate(n=Count("id"), last=Max("id"))
+    return (chunks["n"], chunks["last"] or 0, windows["n"], windows["last"] or 0)
+
+
 def _matrix(collection_id: int) -> _Matrix:
-    stats = Chunk.objects.filter(collection_id=collection_id).aggregate(n=Count("id"), last=Max("id"))
-    version = (stats["n"], stats["last"] or 0)
+    version = _version(collection_id)
     cached = _matrices.get(collection_id)
     if cached is not None and cached.version == version:
         return cached
-    rows = list(Chunk.objects.filter(collection_id=collection_id).values_list("id", "embedding"))
-    ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-    dimensions = settings.EMBEDDING_DIMENSIONS
-    vectors = np.empty((len(rows), dimensions), dtype=DTYPE)
-    for i, (_, data) in enumerate(rows):
-        vectors[i] = from_bytes(bytes(data))
-    matrix = _Matrix(version, ids, vectors)
+    chunks = list(
+        Chunk.objects.filter(collection_id=collection_id).order_by("id").values_list("id", "embedding")
+    )
+    windows: dict[int, list[bytes]] = {}
+    for chunk_id, data in (
+        Window.objects.filter(collection_id=collection_id).order_by("chunk_id", "position").values_list(
+            "chunk_id", "embedding"
+        )
+    ):  # fmt: skip
+        windows.setdefault(chunk_id, []).append(data)
+    ids = np.fromiter((row[0] for row in chunks), dtype=np.int64, count=len(chunks))
+    counts = np.fromiter(
+        (1 + len(windows.get(row[0], ())) for row in chunks), dtype=np.int64, count=len(chunks)
+    )
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(chunks) else counts
+    vectors = np.empty((int(counts.sum()), settings.EMBEDDING_DIMENSIONS), dtype=DTYPE)
+    row = 0
+    for chunk_id, data in chunks:
+        for part in (data, *windows.get(chunk_id, ())):
+            vectors[row] = from_bytes(bytes(part))
+            row += 1
+    matrix = _Matrix(version, ids, starts, vectors)
     with _lock:
         _matrices[collection_id] = matrix
     return matrix
@@ -99,7 +126,7 @@ def exact(query: Sequence[float], collection_ids: Sequence[int], limit: int) -> 
         matrix = _matrix(collection_id)
         if len(matrix.ids):
             ids.append(matrix.ids)
-            scores.append(matrix.vectors @ q)
+            scores.append(np.maximum.reduceat(matrix.vectors @ q, matrix.starts))
     if not ids:
         return []
     all_ids, all_scores = np.concatenate(ids), np.concatenate(scores)
@@ -110,15 +137,21 @@ def exact(query: Sequence[float], collection_ids: Sequence[int], limit: int) -> 
 
 
 def approximate(query: Sequence[float], collection_ids: Sequence[int], limit: int) -> list[tuple[int, float]]:
-    """The same through pgvector's HNSW index."""
+    """The same through pgvector's HNSW indexes: the nearest passages and the nearest windows, each
+    window standing for its passage."""
+    vector, collections = to_sql(query), list(collection_ids)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL hnsw.ef_search = %s", [settings.KNOWLEDGE_HNSW_EF_SEARCH])
         # Filtered HNSW scans can stop short of `limit`; iterative scans keep going (pgvector 0.8).
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         cursor.execute(
-            "SELECT id, -(vector <#> %s::vector) FROM knowledge_chunk "
-            "WHERE collection_id = ANY(%s) ORDER BY vector <#> %s::vector LIMIT %s",
-            [to_sql(query), list(collection_ids), to_sql(query), limit],
+            "SELECT chunk, max(similarity) FROM ("
+            "(SELECT id AS chunk, -(vector <#> %s::vector) AS similarity FROM knowledge_chunk "
+            "WHERE collection_id = ANY(%s) ORDER BY vector <#> %s::vector LIMIT %s) UNION ALL "
+            "(SELECT chunk_id, -(vector <#> %s::vector) FROM knowledge_window "
+            "WHERE collection_id = ANY(%s) ORDER BY vector <#> %s::vector LIMIT %s)"
+            ") nearest GROUP BY chunk ORDER BY max(similarity) DESC, chunk LIMIT %s",
+            [vector, collections, vector, limit, vector, collections, vector, limit, limit],
         )
         return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]
 

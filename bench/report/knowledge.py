@@ -122,8 +122,11 @@ def section(result: dict, folder: Path) -> str:
             "each about a made-up place (five facts a place, each in its own document), asked in other words "
             '("About 4,931 people live in Torka." ← "What is the population of Torka?"). A hit: the passage '
             "holding the fact among the top 5 (the sources an answer shows).",
-            "The retrieval defaults (`KNOWLEDGE_CANDIDATES`, `KNOWLEDGE_MIN_SCORE`) were chosen on the "
-            "questions of every other place (tuning half) and are measured on the rest (held out).",
+            "The retrieval defaults (`KNOWLEDGE_WINDOW_TOKENS`, `KNOWLEDGE_CANDIDATES`, "
+            "`KNOWLEDGE_MIN_SCORE`) were chosen on the questions of every other place (tuning half) and "
+            f"are measured on the rest (held out). Store: {facts.get('store', 'sqlite')}; "
+            f"{facts.get('passages', 0):,} passages and {facts.get('windows', 0):,} windows (their "
+            "sentences, embedded beside them).",
             table(
                 ["retrieval", "recall@5", "tuning half", "held-out half"],
                 [
@@ -136,9 +139,21 @@ def section(result: dict, folder: Path) -> str:
             f"Target: hybrid recall@5 ≥ 0.9 — {modes['hybrid']['recall_at_5']:.3f} "
             f"(held out {modes['hybrid'].get('recall_at_5_held_out', float('nan')):.3f}), "
             f"{verdict(modes['hybrid']['recall_at_5'] >= 0.9)}.",
+            *_embedding_cost(facts.get("embedding_cost")),
         ]
     parts += _pdf(result.get("pdf")) + _prefix(result.get("prefix"))
     return "\n\n".join(parts)
+
+
+def _embedding_cost(cost: dict | None) -> list[str]:
+    if not cost:
+        return []
+    return [
+        f"What the windows cost at ingestion: {cost['passages']:,} of the set's passages embedded in "
+        f"{cost['passages_s']} s alone and in {cost['with_windows_s']} s with their windows "
+        f"({cost['texts_with_windows']:,} texts), {cost['ratio']}× (the bundled model in one process, "
+        "as the embedding engine runs it)."
+    ]
 
 
 def _pdf(pdf: dict | None) -> list[str]:

@@ -45,3 +45,20 @@ def test_its_chunker_id_changes_with_the_settings_so_a_new_cut_reindexes():
     before = chunking.chunker_id()
     with override_settings(KNOWLEDGE_CHUNK_TOKENS=120):
         assert chunking.chunker_id() != before
+
+
+def test_a_passages_windows_are_its_sentences_each_cut_at_the_window_size():
+    passage = "Zebras graze at noon. Do lions sleep? Yes!\nThe keeper feeds them " + _words(100) + "."
+    with override_settings(KNOWLEDGE_WINDOW_TOKENS=32):
+        found = chunking.windows(passage)
+        assert found[:3] == ["Zebras graze at noon.", "Do lions sleep?", "Yes!"]
+        assert found[3].startswith("The keeper feeds them") and len(found) > 5
+        tokenizer = chunking.tokenizer()
+        assert all(len(tokenizer.encode(w, add_special_tokens=False).ids) <= 32 for w in found)
+        assert all(window in passage for window in found)
+        cut_at_32 = chunking.chunker_id()
+        # One sentence is its passage's own vector; no windows.
+        assert chunking.windows("Zebras graze at noon.") == []
+    with override_settings(KNOWLEDGE_WINDOW_TOKENS=0):
+        assert chunking.windows(passage) == []
+        assert chunking.chunker_id() != cut_at_32

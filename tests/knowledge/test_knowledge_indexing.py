@@ -4,6 +4,7 @@ an interrupted document finished without embedding its stored chunks again, quot
 import asyncio
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -13,8 +14,8 @@ from django.utils import timezone
 
 from httpkit.errors import Refusal
 from inference.engine import embedding_client
-from knowledge import chunking, claims, fulltext, indexing, services
-from knowledge.models import Chunk, Document
+from knowledge import chunking, claims, fulltext, indexing, services, vectors
+from knowledge.models import Chunk, Document, Window
 from tests.support.jobs_pdf import pdf_with_text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
@@ -82,13 +83,12 @@ def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks
         document_id=held.pk, worker="dead/1", chunker=chunking.chunker_id(), total=len(pieces), tokens=0
     )
     first = pieces[:4]
-    vectors = embedding_client().embed([p.text for p in first])
     claims.chunks_store(
         document_id=held.pk,
         collection_id=collection.pk,
         worker="dead/1",
         chunker=chunking.chunker_id(),
-        rows=list(zip(first, vectors, strict=True)),
+        rows=[embedded(piece) for piece in first],
     )
     Document.objects.filter(pk=held.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
 
@@ -99,15 +99,68 @@ def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks
         assert index(collection.pk) == "done"
     finally:
         indexing.embedding_client = real
-    assert embedder.texts == [p.text for p in pieces[4:]]
+    assert embedder.texts == [text for p in pieces[4:] for text in (p.text, *chunking.windows(p.text))]
     document.refresh_from_db()
     assert document.status == Document.Status.READY and document.attempts == 2
     assert list(document.chunks.values_list("position", flat=True)) == list(range(len(pieces)))
+    assert Window.objects.filter(chunk__document=document).count() == sum(
+        len(chunking.windows(p.text)) for p in pieces
+    )
     # The dead worker, come back, can no longer write.
     assert not claims.chunks_store(
         document_id=held.pk, collection_id=collection.pk, worker="dead/1", chunker="x", rows=[]
     )
     assert not claims.document_finish(document_id=held.pk, worker="dead/1")
+
+
+def embedded(piece: chunking.Piece) -> tuple:
+    """(piece, its vector, its windows' vectors), as indexing stores them."""
+    own, *windows = embedding_client().embed([piece.text, *chunking.windows(piece.text)])
+    return piece, own, windows
+
+
+SENTENCES = (
+    "The cafeteria menu changes every Monday and lists a soup, two salads and one hot dish. "
+    "Printer toner is ordered by the office manager when the warning light turns amber. "
+    "The fire drill takes place on the first Tuesday of each quarter at ten in the morning. "
+    "Guests find the wireless network password on the card at the reception desk. "
+)
+
+
+def test_each_passage_is_stored_with_the_vectors_of_its_sentences(collection):
+    services.documents_add(collection=collection, uploads=[upload("office.txt", SENTENCES * 4)])
+    assert index(collection.pk) == "done"
+    chunks = list(Chunk.objects.filter(collection=collection).order_by("position"))
+    assert len(chunks) > 1
+    for chunk in chunks:
+        expected = chunking.windows(chunk.text)
+        assert len(expected) > 3
+        stored = list(
+            chunk.windows.order_by("position").values_list("position", "embedding", "collection_id")
+        )
+        assert [(position, owner) for position, _, owner in stored] == [
+            (i, collection.pk) for i in range(len(expected))
+        ]
+        # Each window's vector is its own sentence's, not its neighbour's.
+        for (_, data, _), vector in zip(stored, embedding_client().embed(expected), strict=True):
+            assert vectors.from_bytes(bytes(data)) @ np.asarray(vector) > 0.999
+
+
+def test_a_new_window_size_cuts_and_embeds_the_windows_again(collection):
+    services.documents_add(collection=collection, uploads=[upload("office.txt", SENTENCES)])
+    assert index(collection.pk) == "done"
+    before = set(Window.objects.values_list("id", flat=True))
+    chunk = Chunk.objects.get(collection=collection)
+    assert len(before) == len(chunking.windows(chunk.text)) == 4
+    with override_settings(KNOWLEDGE_WINDOW_TOKENS=8):
+        Document.objects.filter(collection=collection).update(status=Document.Status.PENDING)
+        assert index(collection.pk) == "done"
+        document = Document.objects.get(collection=collection)
+        assert document.chunker == chunking.chunker_id()
+    chunk = Chunk.objects.get(collection=collection)
+    after = set(chunk.windows.values_list("id", flat=True))
+    assert not before & after
+    assert len(after) == len(chunking.windows(chunk.text, size=8)) > len(before)
 
 
 def test_a_pdf_is_read_in_the_child_process_and_its_passages_name_their_pages(collection):
@@ -137,11 +190,15 @@ def test_an_unreadable_document_fails_with_its_reason_and_the_others_go_on(colle
 
 
 def test_deleting_a_document_or_a_collection_deletes_its_chunks_and_their_search_rows(collection, owner):
-    services.documents_add(collection=collection, uploads=[upload("a.txt", "Zebras graze at noon.")])
+    services.documents_add(
+        collection=collection, uploads=[upload("a.txt", "Zebras graze at noon. Lions sleep at dusk.")]
+    )
     index(collection.pk)
     assert fulltext.search("zebras", [collection.pk], 5)
+    assert Window.objects.count() == 2
     services.document_delete(document=Document.objects.get(collection=collection))
-    assert not Chunk.objects.exists()
+    assert not Chunk.objects.exists() and not Window.objects.exists()
+    assert vectors.nearest(embedding_client().embed(["zebras"])[0], [collection.pk], 5) == []
     assert fulltext.search("zebras", [collection.pk], 5) == []
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
@@ -150,10 +207,11 @@ def test_deleting_a_document_or_a_collection_deletes_its_chunks_and_their_search
             )
             assert cursor.fetchone()[0] == 0
     other = services.collection_create(owner=owner, name="Other")
-    services.documents_add(collection=other, uploads=[upload("b.txt", "Lions sleep.")])
+    services.documents_add(collection=other, uploads=[upload("b.txt", "Lions sleep. Zebras graze.")])
     index(other.pk)
+    assert Window.objects.count() == 2
     services.collection_delete(collection=other)
-    assert not Chunk.objects.exists() and not Document.objects.exists()
+    assert not Chunk.objects.exists() and not Document.objects.exists() and not Window.objects.exists()
 
 
 def test_a_quota_refuses_the_whole_upload_and_stores_nothing(collection):

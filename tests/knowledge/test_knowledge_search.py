@@ -3,12 +3,14 @@ index; only the collections asked for, which the caller has checked the user may
 
 import asyncio
 
+import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from inference.engine import embedding_client
-from knowledge import indexing, search, services
+from knowledge import chunking, indexing, search, services
+from knowledge.models import Chunk
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
@@ -72,6 +74,35 @@ def test_it_searches_only_the_collections_it_is_given(handbook):
     assert found and {p.collection_id for p in found} == {handbook.pk}
     assert "secret.txt" in {p.document for p in ask("espresso vault code", [other.pk])}
     assert ask("espresso", []) == []
+
+
+BURIED = (
+    "The cafeteria menu changes every Monday and lists a soup, two salads and one hot dish. "
+    "Printer toner is ordered by the office manager when the warning light turns amber. "
+    "The fire drill takes place on the first Tuesday of each quarter at ten in the morning. "
+    "Guests find the wireless network password on the card at the reception desk. "
+    "Bicycle racks stand behind the east entrance and are cleared of abandoned bikes each spring."
+)
+DRILL = "When is the fire drill held?"
+
+
+def test_a_passage_that_one_sentence_answers_ranks_by_that_sentence():
+    owner = get_user_model().objects.create_user("owner", password="pw-owner-123")
+    collection = services.collection_create(owner=owner, name="Office")
+    services.documents_add(collection=collection, uploads=[SimpleUploadedFile("office.txt", BURIED.encode())])
+    asyncio.run(indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=60))
+    chunk = Chunk.objects.get(collection=collection)
+    assert chunk.windows.count() == 5
+    drill = chunking.windows(chunk.text)[2]
+    assert drill.startswith("The fire drill")
+    question, passage, sentence = (
+        np.asarray(v) for v in embedding_client().embed([DRILL, chunk.text, drill])
+    )
+    found = ask(DRILL, [collection.pk], mode="vector")
+    assert [p.chunk_id for p in found] == [chunk.pk]
+    # Scored by its best window, the fire drill's sentence, above the passage's own vector.
+    assert found[0].similarity == pytest.approx(float(question @ sentence), abs=2e-3)
+    assert found[0].similarity > float(question @ passage) + 0.1
 
 
 def test_fusion_sums_reciprocal_ranks_across_rankings():
