@@ -31,22 +31,46 @@ class Deadlines:
         self._total = started + settings.CHAT_TOTAL_TIMEOUT
         self.expiring = "timeout_first_token"
         self._timer: asyncio.Timeout | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._check_handle: asyncio.TimerHandle | None = None
+        # When the last token arrived; None before the first.
+        self._last: float | None = None
 
     @asynccontextmanager
     async def enforced(self) -> AsyncIterator["Deadlines"]:
         """Run the block until the next token is due: from the first token's deadline on,
         moved by each `token_arrived()`. Past it the block is cancelled and AnswerTimeout
-        raised. The block must read the engine in the task that entered it."""
-        loop = asyncio.get_running_loop()
+        raised. The block must read the engine in the task that entered it.
+
+        One timer: a token only notes its time (the first sets the timer for the gap after it),
+        and the timer, when it fires, sets itself again for the deadline the last token moved."""
+        self._loop = loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout_at(self.first_token(loop.time())) as self._timer:
-                yield self
+            async with asyncio.timeout(None) as self._timer:
+                self._check_handle = loop.call_at(self.first_token(loop.time()), self._check)
+                try:
+                    yield self
+                finally:
+                    self._check_handle.cancel()
         except TimeoutError:
             raise self.expired() from None
 
     def token_arrived(self) -> None:
         """A token came (and was passed on): the next one is due from now."""
-        self._timer.reschedule(self.next_token(asyncio.get_running_loop().time()))
+        now = self._loop.time()
+        if self._last is None:  # the gap after the first token may end before the first token's wait
+            self._check_handle.cancel()
+            self._check_handle = self._loop.call_at(self.next_token(now), self._check)
+        self._last = now
+
+    def _check(self) -> None:
+        """The deadline the timer was set for has come: time the block out, unless a token came
+        since and moved it."""
+        now = self._loop.time()
+        if self._last is not None and (due := self.next_token(self._last)) > now:
+            self._check_handle = self._loop.call_at(due, self._check)
+        else:
+            self._timer.reschedule(now)
 
     def first_token(self, now: float) -> float:
         """When the first token is due, counted from `now` (the request leaving)."""

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import NoScriptError, ResponseError
 
-from redisconn import keys
+from redisconn import keys, packed
 
 # Is ARGV[1] the current token? A record Redis lost (a restart without persistence) is made again
 # by whoever writes next: no one can have claimed an answer the registry does not hold.
@@ -203,7 +203,7 @@ async def write_all(link: aioredis.Connection, frames: list[tuple[Claim, int, by
     for owner, position, frame, ttl, fast in frames:
         keys_ += [keys.chat_stream(owner.answer), keys.chat_answer_owner(owner.answer)]
         args += ["fast" if fast else "checked", *owner.fields(), position, frame, ttl or 0]
-    await link.send_command("EVALSHA", WRITE.sha, len(keys_), *keys_, *args)
+    await packed.send(link, packed.packed("EVALSHA", WRITE.sha, len(keys_), *keys_, *args))
     return await link.read_response()
 
 

@@ -10,6 +10,7 @@ frames (stop, new messages) while tokens flow.
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
@@ -26,6 +27,7 @@ from chat import metrics, protocol, rates, socket_auth, sockets, streams
 from chat.generation import answer_start, answer_stop, follow
 from conversations import selectors, turns
 from conversations.models import Message
+from httpkit import websocket
 from httpkit.errors import Refusal
 from inference.engine import engine_client
 
@@ -34,6 +36,21 @@ log = logging.getLogger(__name__)
 # The frames that start an answer check the login in their turn's own trip to the database (one
 # trip, not two, on the path of every answer); every other frame checks it on arrival.
 ANSWER_FRAMES = frozenset({"chat.send", "chat.edit", "chat.regenerate", "chat.continue"})
+
+
+class Pushed:
+    """Frames pushed to a socket's direct sender (`send`); whether the closing one was."""
+
+    __slots__ = ("send", "closed")
+
+    def __init__(self, send: Callable[[bytes], None]) -> None:
+        self.send = send
+        self.closed = False
+
+    def __call__(self, frame: streams.Frame) -> None:
+        self.send(frame.data)
+        if frame["type"] in protocol.TERMINAL:
+            self.closed = True
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -229,16 +246,25 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             log.error("forwarding answer %s failed", message_id, exc_info=error)
 
     async def _forward(self, message_id: int, after: int) -> None:
-        """Send the answer's frames after token `after`, live, until it ends."""
+        """Send the answer's frames after token `after`, live, until it ends: through the socket's
+        direct sender where the server gives one (the frames of an answer of this process are pushed
+        to it as Redis holds them), else through Channels' send."""
+        direct = websocket.direct(self.scope)
+        pushed = Pushed(direct.send) if direct is not None else None
         try:
-            async for frame in follow(message_id, after):
+            async for frame in follow(message_id, after, pushed):
                 # Encoded once, by its writer or as Redis holds it, for every socket that shows it.
                 if isinstance(frame, streams.Frame):
-                    await self.send(text_data=frame.text)
+                    if direct is not None:
+                        direct.send(frame.data)
+                    else:
+                        await self.send(text_data=frame.text)
                 else:
                     await self.send_json(frame)
                 if frame["type"] in protocol.TERMINAL:
                     return
+            if pushed is not None and pushed.closed:
+                return
         except RedisError:
             detail = "Lost the token stream; resume to continue."
             await self.send_json(protocol.error("stream_unavailable", detail, message=message_id))

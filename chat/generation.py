@@ -2,10 +2,10 @@
 
 A `Generation` runs as its own asyncio task, owned by the web process rather than
 by any WebSocket: a dropped connection does not stop it. Every frame it makes
-goes into the answer's Redis stream through its `streams.AnswerFrames`, which any
+goes into the answer's Redis stream through its `answer_frames.AnswerFrames`, which any
 connection of the user, in any web process, follows or resumes. Those frames are
 kept in memory too, so a follower in its own process (the socket that asked, most
-of the time) reads them from there (`follow`), without a Redis read per token. Only
+of the time) is given them from there (`follow`), without a Redis read per token. Only
 an explicit stop (from any tab: a local call, or a message from another process,
 answers.watcher) or a timeout (answers.deadlines) aborts the engine request:
 cancelling the task closes the engine stream.
@@ -17,7 +17,7 @@ the owner's heartbeat says it is alive. When the owner dies, or drains on SIGTER
 over, another web process claims it (answers.takeover) and continues it: a `Generation` made
 from the frames already written (`earlier`), which asks the engine to carry on the partial answer
 (`continue_final_message`) and appends to the same stream from the next position. While Redis
-is away the answer goes on: its frames wait in memory (streams.AnswerFrames) and are written
+is away the answer goes on: its frames wait in memory (answer_frames.AnswerFrames) and are written
 when Redis is back. The life every answer shares is in answers.run, the writing of its frames in
 chat.streams."""
 
@@ -41,6 +41,7 @@ import redisconn
 from answers import admission, outcomes, ownership, watcher
 from answers.run import RUNNING, AnswerRun, Outcome, cache_salt_for
 from chat import metrics, protocol, retrieval, socket_auth, streams
+from chat.answer_frames import AnswerFrames, Push
 from conversations import selectors, turns
 from conversations.models import Message
 from httpkit.errors import Refusal
@@ -94,7 +95,7 @@ class Generation(AnswerRun):
         self.message_id = turn.assistant_message_id
         # The passages the prompt quoted for this turn's question (chat.retrieval).
         self.sources: list[dict] = []
-        self.frames = streams.AnswerFrames(
+        self.frames = AnswerFrames(
             self.message_id, owner, list(earlier), superseded=partial(self.stop, "superseded")
         )
 
@@ -105,10 +106,11 @@ class Generation(AnswerRun):
             "message_id": self.message_id,
         }
 
-    def frames_after(self, after: int) -> AsyncIterator[dict]:
+    def frames_after(self, after: int, push: Push | None = None) -> AsyncIterator[dict]:
         """The frames after token `after`, live, as `streams.follow` reads them from Redis: from
-        memory while this process writes them, then from its stream, as another process writes it."""
-        return self.frames.follow(after, partial(_followed, self.message_id))
+        memory while this process writes them (to `push`, if given), then from its stream, as
+        another process writes it."""
+        return self.frames.follow(after, partial(_followed, self.message_id), push)
 
     def ended(self) -> None:
         self.frames.end()
@@ -261,12 +263,13 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
     return generation
 
 
-def follow(message_id: int, after: int = -1) -> AsyncIterator[dict]:
+def follow(message_id: int, after: int = -1, push: Push | None = None) -> AsyncIterator[dict]:
     """The answer's frames after token `after` (-1: from the start), live, until its closing frame:
-    from memory when this process generates it, else from its Redis stream."""
+    from memory when this process generates it (given to `push` as Redis holds them, if given, and
+    not yielded), else from its Redis stream."""
     generation = RUNNING.get(message_id)
     if isinstance(generation, Generation) and generation.task.get_loop() is asyncio.get_running_loop():
-        return generation.frames_after(after)
+        return generation.frames_after(after, push)
     return _followed(message_id, after)
 
 

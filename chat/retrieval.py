@@ -52,7 +52,7 @@ async def with_passages(
     never has, from what its asker (`user`, read by `user_id` where the caller has none: an answer
     taken over from another process) may read now."""
     ids = turn.user_message_ids
-    if not ids:
+    if not ids or not turn.retrieves:
         return Retrieved(history)
     quoted = await database_sync_to_async(quotes.quotes_of)(ids)
     note = ""

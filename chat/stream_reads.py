@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 import redisconn
 from eventloops import PerLoop
+from redisconn import packed
 
 log = logging.getLogger(__name__)
 # How long the loop tries a Redis that went away before its followers give up (a restart takes seconds).
@@ -24,22 +25,26 @@ REDIS_AWAY_SECONDS = 30.0
 
 
 class Frame(dict):
-    """A frame as its reader yields it, with its JSON text (`text`): encoded once, by its writer or
+    """A frame as its reader yields it, with its JSON (`data`, UTF-8): encoded once, by its writer or
     as Redis holds it, and sent to every socket as it is."""
 
-    __slots__ = ("text",)
+    __slots__ = ("data",)
 
-    def __init__(self, frame: dict, text: str) -> None:
+    def __init__(self, frame: dict, data: bytes) -> None:
         super().__init__(frame)
-        self.text = text
+        self.data = data
+
+    @property
+    def text(self) -> str:
+        return self.data.decode()
 
     @classmethod
     def encoded(cls, frame: dict) -> "Frame":
-        return cls(frame, orjson.dumps(frame).decode())
+        return cls(frame, orjson.dumps(frame))
 
     @classmethod
-    def decoded(cls, text: bytes) -> "Frame":
-        return cls(orjson.loads(text), text.decode())
+    def decoded(cls, data: bytes) -> "Frame":
+        return cls(orjson.loads(data), data)
 
 
 def _id(entry_id: bytes) -> tuple[int, int]:
@@ -127,7 +132,9 @@ class _Reads:
         self._reads += 1
         self._blocked = self._reads
         try:
-            await self._link.send_command("XREAD", "COUNT", 256, "BLOCK", block, "STREAMS", *args)
+            await packed.send(
+                self._link, packed.packed("XREAD", "COUNT", 256, "BLOCK", block, "STREAMS", *args)
+            )
             return streams, await self._link.read_response()
         finally:
             self._blocked = None

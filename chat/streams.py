@@ -7,13 +7,11 @@ token `seq` resumes with `XREAD ... 1-<seq + 1>` and receives exactly the frames
 after it, from any tab and any web process. Streams have a bounded length and
 expire CHAT_STREAM_TTL_SECONDS after their last entry.
 
-An answer's owner writes its frames through `AnswerFrames`, which keeps them in memory too (for
-the followers in its own process) and, while Redis is away, writes them in order and once each
-when it is back.
+An answer's owner writes its frames through chat.answer_frames, which keeps them in memory too,
+for the followers in its own process.
 """
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
@@ -29,10 +27,6 @@ from chat.protocol import TERMINAL
 from chat.stream_reads import Frame
 from eventloops import PerLoop
 from redisconn import keys
-
-log = logging.getLogger(__name__)
-# How long a draining process tries to write an answer's last frames before it hands the answer over.
-HANDOVER_FLUSH_SECONDS = 5.0
 
 
 async def request_stop(r: aioredis.Redis, message_id: int) -> None:
@@ -84,8 +78,8 @@ async def publish(
     `written(position)` is called once Redis holds the frame, even when this call was cancelled
     meanwhile (a stop). The frames go on the running loop's own connection (`_FrameWriter`), not `r`'s."""
     ttl = settings.CHAT_STREAM_TTL_SECONDS if frame["type"] in TERMINAL else None
-    text = frame.text if isinstance(frame, Frame) else orjson.dumps(frame).decode()
-    await _writer().write(owner, position, text.encode(), ttl, written)
+    data = frame.data if isinstance(frame, Frame) else orjson.dumps(frame)
+    await _writer().write(owner, position, data, ttl, written)
 
 
 class _FrameWriter:
@@ -242,138 +236,3 @@ async def follow(
                     return
     finally:
         reads.discard(reader)
-
-
-class AnswerFrames:
-    """The frames of one answer as its owner makes them: written to the answer's stream, and kept
-    in memory, encoded, so that a follower in this process reads them from there (`follow`)
-    without a Redis read per token. A follower here is shown a frame only once Redis holds it: what
-    a reader sees is what a reload, another process or a taker of the answer reads. While Redis is
-    away they wait in memory and are written, in order and once each, when it is back
-    (`_catch_up`). `superseded` is called when another process owns the answer now."""
-
-    def __init__(self, message_id: int, owner: Claim, earlier: list[dict], superseded: Callable[[], None]):
-        """`earlier`: the token frames an earlier owner wrote, when this one continues the answer."""
-        self.message_id = message_id
-        self.owner = owner
-        self._superseded = superseded
-        # The frames made, as (position, frame), and an event set when more are written.
-        self._frames: list[tuple[int, Frame]] = [(frame["seq"], Frame.encoded(frame)) for frame in earlier]
-        self._grown = asyncio.Event()
-        self._ended = False
-        # Writing the frames from a position on, after Redis went away; None: written as made.
-        self.catching_up: asyncio.Task | None = None
-        # The position of the last frame known to be in the stream, and how many of `_frames` that is.
-        self._written = earlier[-1]["seq"] if earlier else -1
-        self._shown = len(self._frames)
-        # Why no token comes for now (a `chat.notice`), for followers here; None: none.
-        self._notice: dict | None = None
-
-    async def follow(self, after: int, rest: Callable[[int], AsyncIterator[dict]]) -> AsyncIterator[dict]:
-        """The frames after token `after` that Redis holds, live, from memory; when the answer leaves
-        this process unfinished (handed over, or taken over), the rest from `rest(after)`, its stream's."""
-        index = next(
-            (i for i, (position, _) in enumerate(self._frames) if position > after), len(self._frames)
-        )
-        told = None
-        while True:
-            while index < self._shown:
-                after, frame = self._frames[index]
-                index += 1
-                yield frame
-                if frame["type"] in TERMINAL:
-                    return
-            if self._ended:
-                break
-            if self._notice is not told:
-                told = self._notice
-                if told is not None:
-                    yield told
-                continue
-            await self._grown.wait()
-        async for frame in rest(after):
-            yield frame
-
-    def notice(self, frame: dict | None) -> None:
-        """Tell the followers here why no token comes for now (None: that has passed)."""
-        self._notice = frame
-        self._wake()
-
-    def end(self) -> None:
-        """This process writes no more of the answer: followers here read the rest from its stream."""
-        self._ended = True
-        self._wake()
-
-    def _wake(self) -> None:
-        grown, self._grown = self._grown, asyncio.Event()
-        grown.set()
-
-    def _stored(self, position: int) -> None:
-        """Redis holds the frames up to `position`: show them."""
-        self._written = max(self._written, position)
-        shown = self._shown
-        while shown < len(self._frames) and self._frames[shown][0] <= self._written:
-            shown += 1
-        if shown != self._shown:
-            self._shown = shown
-            self._wake()
-
-    async def publish(self, r: aioredis.Redis, position: int, frame: dict) -> None:
-        encoded = Frame.encoded(frame)
-        self._frames.append((position, encoded))
-        if self.catching_up is not None:
-            return  # written in order once Redis is back
-        try:
-            await publish(r, self.owner, position, encoded, self._stored)
-        except ownership.Fenced:
-            self._superseded()
-        except ownership.Gap as gap:
-            self._fall_behind(r, gap.position, gap)
-        except RedisError as exc:
-            self._fall_behind(r, position, exc)
-
-    def _fall_behind(self, r: aioredis.Redis, position: int, why: Exception) -> None:
-        log.warning("answer %s: its frames wait in memory from %s (%s)", self.message_id, position, why)
-        catching_up = self._catch_up(r, position)
-        self.catching_up = asyncio.create_task(catching_up, name=f"catch-up-{self.message_id}")
-
-    async def _catch_up(self, r: aioredis.Redis, position: int) -> None:
-        """Write the frames from `position` on, in order, once Redis answers again: each at its
-        position, so one written before the failure is not written twice, and from wherever the
-        stream ends if Redis lost some."""
-        delay = 0.25
-        while True:
-            index = next((i for i, (p, _) in enumerate(self._frames) if p >= position), len(self._frames))
-            try:
-                while index < len(self._frames):
-                    position, frame = self._frames[index]
-                    await publish(r, self.owner, position, frame, self._stored)
-                    index += 1
-            except ownership.Fenced:
-                self._superseded()
-                return
-            except ownership.Gap as gap:
-                position = gap.position
-                continue
-            except RedisError:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            # Caught up, with no wait since the last check: the next frame is written as made.
-            self.catching_up = None
-            log.info("answer %s: its frames are in Redis again", self.message_id)
-            return
-
-    async def before_handover(self, r: aioredis.Redis) -> None:
-        """Write the frames a follower here may have been shown but whose write the handover cut (or
-        that wait for Redis), so the process that continues the answer starts after them, not over them."""
-        if self.catching_up is None and (not self._frames or self._frames[-1][0] <= self._written):
-            return
-        if self.catching_up is not None:
-            self.catching_up.cancel()
-        try:
-            await asyncio.wait_for(self._catch_up(r, self._written + 1), HANDOVER_FLUSH_SECONDS)
-        except TimeoutError:
-            log.warning(
-                "answer %s: handed over with frames not written from %s", self.message_id, self._written + 1
-            )

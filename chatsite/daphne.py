@@ -16,9 +16,12 @@ hands the body to Django in 8 KiB messages all queued at once; here the form is 
 messages go through a temporary file of their own (`SpooledBody`). Going out, daphne writes what it is
 sent at once, however slowly the client reads: here a response waits while more than
 `WRITE_BUFFER_BYTES` wait for the client (a streamed download reads no further ahead than that).
+A WebSocket's scope carries a sender that writes text frames straight to its connection
+(httpkit.websocket), for the chat's token frames.
 """
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -70,12 +73,6 @@ _SPOOLED = object()
 WRITE_BUFFER_BYTES = 1024 * 1024
 
 
-def waiting_bytes(transport) -> int:
-    """What a twisted transport holds that the client has not read yet (0 when it cannot tell)."""
-    data = getattr(transport, "dataBuffer", b"")
-    return len(data) - getattr(transport, "offset", 0) + getattr(transport, "_tempDataLen", 0)
-
-
 class SpooledBody(asyncio.Queue):
     """An application's input queue that keeps a request's body in a temporary file (in memory up to
     1 MiB): daphne puts every message of a body at once, before the application reads one, and the
@@ -122,6 +119,8 @@ def server_class():
     from daphne.http_protocol import HTTPFactory, WebRequest
     from daphne.server import Server, reactor
 
+    from httpkit.websocket import EXTENSION, DirectSocket, waiting_bytes
+
     class UnparsedFormsFactory(HTTPFactory):
         def buildProtocol(self, addr):
             protocol = super().buildProtocol(addr)
@@ -140,10 +139,13 @@ def server_class():
             super().run()
 
         def create_application(self, protocol, scope):
-            """daphne's, with a SpooledBody for the application's input queue."""
+            """daphne's, with a SpooledBody for the application's input queue, and a socket's
+            DirectSocket in its scope's extensions (httpkit.websocket)."""
             assert "application_instance" not in self.connections[protocol]
             input_queue = SpooledBody()
             scope.setdefault("asgi", {"version": "3.0"})
+            if scope.get("type") == "websocket":
+                scope["extensions"] = {**(scope.get("extensions") or {}), EXTENSION: DirectSocket(protocol)}
             instance = self.application(
                 scope=scope, receive=input_queue.get, send=partial(self.handle_reply, protocol)
             )
@@ -177,6 +179,9 @@ def server_class():
             from answers.takeover import keep_scanning
             from inference.engine import engine_client
 
+            # What start-up made (Django, its apps, the modules) lives as long as the process: out
+            # of the collector's way, so its full collections walk only what serving makes.
+            gc.freeze()
             loop = asyncio.get_event_loop()
             self.scanning_stopped = asyncio.Event()
             self.scanning = loop.create_task(keep_scanning(engine_client(), self.scanning_stopped))

@@ -40,6 +40,8 @@ class Turn:
     prefix: str = ""
     # The ids of the user messages in `history`, in order: what each quoted is found by them.
     user_message_ids: tuple[int, ...] = ()
+    # Whether the conversation may have collections to retrieve from: one made in this turn has none.
+    retrieves: bool = True
 
 
 def _owned_message(user: AbstractBaseUser, message_id: int, role: str) -> Message:
@@ -100,6 +102,7 @@ def _answer(
     return _turn(
         conversation,
         assistant,
+        retrieves=not new,
         system_prompt=conversation.system_prompt if new else selectors.conversation_preamble(conversation),
         messages=(
             selectors.conversation_prompt(leaf=user_message)
@@ -110,7 +113,12 @@ def _answer(
 
 
 def _turn(
-    conversation: Conversation, assistant: Message, *, system_prompt: str, messages: list[Message]
+    conversation: Conversation,
+    assistant: Message,
+    *,
+    system_prompt: str,
+    messages: list[Message],
+    retrieves: bool = True,
 ) -> Turn:
     # A generating answer's stored text is what came before its stream (chat_turn_continue).
     return Turn(
@@ -127,6 +135,7 @@ def _turn(
         min_tokens=conversation.min_tokens or 0,
         model=assistant.model_name,
         prefix=assistant.content,
+        retrieves=retrieves,
     )
 
 

@@ -38,21 +38,45 @@ async def token_frames(communicator, count: int) -> list[dict]:
     return [await communicator.receive_json_from(timeout=10) for _ in range(count)]
 
 
-@pytest.mark.parametrize("path", ["memory", "redis"])
+async def followed(answer: Generation, how: str):
+    """What a follower of `answer` in its process is shown: `queued` for the follower's iterator, or
+    `pushed` to it (a socket's direct sender), then the rest its iterator yields (from Redis)."""
+    if how == "queued":
+        async for frame in answer.frames_after(-1):
+            yield frame
+        return
+    got, end = asyncio.Queue(), object()
+
+    async def rest() -> None:
+        async for frame in answer.frames_after(-1, got.put_nowait):
+            got.put_nowait(frame)
+        got.put_nowait(end)
+
+    reading = asyncio.create_task(rest())
+    try:
+        while (frame := await got.get()) is not end:
+            yield frame
+    finally:
+        reading.cancel()
+
+
+@pytest.mark.parametrize("path", ["memory", "pushed", "redis"])
 async def test_a_socket_joining_mid_answer_and_a_reload_while_tokens_stream_see_each_token_once(
     alice, monkeypatch, path
 ):
-    """`memory`: the sockets are in the answer's own process; `redis`: in another one, reading its stream."""
+    """`memory`: the sockets are in the answer's own process; `pushed`: there too, with a direct
+    sender, to which the frames are pushed; `redis`: in another process, reading its stream."""
     if path == "redis":
-        monkeypatch.setattr(consumers, "follow", generation_module._followed)
+        monkeypatch.setattr(consumers, "follow", lambda m, after, push: generation_module._followed(m, after))
+    direct = path == "pushed"
     gate = asyncio.Event()
     monkeypatch.setattr(consumers, "engine_client", lambda: FakeEngine([*WORDS[:150], gate, *WORDS[150:]]))
-    first = await connected(alice)
+    first = await connected(alice, direct=direct)
     await first.send_json_to({"type": "chat.send", "conversation": None, "content": "count"})
     message = (await first.receive_json_from(timeout=10))["message"]
     before_reload = await token_frames(first, 40)
     await first.disconnect()  # a reload, while the answer streams on to its 150th token
-    reloaded, joining = await connected(alice), await connected(alice)
+    reloaded, joining = await connected(alice, direct=direct), await connected(alice, direct=direct)
     await reloaded.send_json_to({"type": "chat.resume", "message": message, "after": 39})
     await joining.send_json_to({"type": "chat.resume", "message": message, "after": -1})
     joined_before_the_gate = await token_frames(joining, 10)
@@ -65,11 +89,17 @@ async def test_a_socket_joining_mid_answer_and_a_reload_while_tokens_stream_see_
         tokens = [f for f in frames if f["type"] == "chat.token"]
         assert [f["seq"] for f in tokens] == list(range(len(tokens)))  # no gap, no duplicate
         assert "".join(f["text"] for f in tokens) == stored.content == frames[-1]["content"]
+    if direct:  # the answer's frames went through each socket's direct sender
+        assert first.direct.sent >= 40
+        assert (reloaded.direct.sent, joining.direct.sent) == (len(after_reload), len(joined))
     for communicator in (reloaded, joining):
         await communicator.disconnect()
 
 
-async def test_a_socket_in_the_answers_process_is_shown_a_frame_only_once_redis_holds_it(alice, monkeypatch):
+@pytest.mark.parametrize("how", ["queued", "pushed"])
+async def test_a_socket_in_the_answers_process_is_shown_a_frame_only_once_redis_holds_it(
+    alice, monkeypatch, how
+):
     write_all, failures = ownership.write_all, asyncio.Queue()
     failing = True
 
@@ -81,7 +111,7 @@ async def test_a_socket_in_the_answers_process_is_shown_a_frame_only_once_redis_
 
     monkeypatch.setattr(ownership, "write_all", failing_from_the_third)
     answer = await started_answer(alice, ["a", "b", "c", "d"])
-    follower = answer.frames_after(-1)
+    follower = followed(answer, how)
     assert [(await anext(follower))["text"] for _ in range(2)] == ["a", "b"]
     await asyncio.wait_for(failures.get(), 10)
     shown = asyncio.ensure_future(anext(follower))
@@ -94,10 +124,11 @@ async def test_a_socket_in_the_answers_process_is_shown_a_frame_only_once_redis_
     assert rest[-1]["type"] == "chat.done" and rest[-1]["content"] == "abcd"
 
 
-async def test_a_frame_the_fence_refused_is_never_shown_to_a_socket_of_the_earlier_owner(alice):
+@pytest.mark.parametrize("how", ["queued", "pushed"])
+async def test_a_frame_the_fence_refused_is_never_shown_to_a_socket_of_the_earlier_owner(alice, how):
     gate = asyncio.Event()
     old = await started_answer(alice, ["a", "b", gate, "c"], hang=True)
-    follower = old.frames_after(-1)
+    follower = followed(old, how)
     assert [(await anext(follower))["text"] for _ in range(2)] == ["a", "b"]
     r = redis_client()
     for _ in range(50):  # made stale, then claimed; the owner's next beat may come between: again

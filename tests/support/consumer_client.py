@@ -3,11 +3,30 @@
 from channels.testing import WebsocketCommunicator
 
 from chat.consumers import ChatConsumer
+from httpkit import websocket
 
 
-async def connected(user) -> WebsocketCommunicator:
+class QueuedSocket:
+    """A direct sender (httpkit.websocket) whose frames join the communicator's output, where
+    Channels' sends put theirs: `sent` counts them."""
+
+    def __init__(self, communicator: WebsocketCommunicator) -> None:
+        self._output = communicator.output_queue
+        self.sent = 0
+
+    def send(self, data: bytes) -> None:
+        self._output.put_nowait({"type": "websocket.send", "text": data.decode()})
+        self.sent += 1
+
+
+async def connected(user, *, direct: bool = False) -> WebsocketCommunicator:
+    """A chat socket of `user`; with `direct`, its scope gives the consumer a QueuedSocket
+    (`communicator.direct`) as daphne gives a DirectSocket."""
     communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
     communicator.scope["user"] = user
+    if direct:
+        communicator.direct = QueuedSocket(communicator)
+        communicator.scope["extensions"] = {websocket.EXTENSION: communicator.direct}
     ok, _ = await communicator.connect()
     assert ok
     return communicator

@@ -1,0 +1,48 @@
+"""Commands on a lone connection (redisconn.lone_connection) sent as their writer packs them: the
+path of every frame an answer writes.
+
+redis-py packs each argument through its encoder, and waits for every write with `asyncio.wait_for`,
+which on Python 3.11 runs the write as a task of its own. Here a command is packed in one pass
+(`packed`) and written at once (`send`); the wait, with the connection's timeout, comes only when
+the transport holds some of it back.
+"""
+
+import asyncio
+
+import redis.asyncio as aioredis
+from redis import exceptions
+
+
+def packed(*args: bytes | str | int) -> bytes:
+    """The command `args` in Redis's protocol (RESP), each argument one bulk string."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif isinstance(arg, int):
+            arg = b"%d" % arg
+        parts.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(parts)
+
+
+async def send(link: aioredis.Connection, command: bytes) -> None:
+    """Write a packed command on `link` (made if it is not); read its reply with `link.read_response()`.
+    redis' ConnectionError or TimeoutError, the connection closed, as redis-py's own send raises them."""
+    if not link.is_connected:
+        await link.connect()
+    writer = link._writer
+    try:
+        writer.write(command)
+        if writer.transport.is_closing():
+            raise exceptions.ConnectionError("the connection to Redis closed")
+        if writer.transport.get_write_buffer_size():
+            await asyncio.wait_for(writer.drain(), link.socket_timeout)
+    except TimeoutError:
+        await link.disconnect(nowait=True)
+        raise exceptions.TimeoutError("Timeout writing to Redis") from None
+    except OSError as exc:
+        await link.disconnect(nowait=True)
+        raise exceptions.ConnectionError(f"Error writing to Redis: {exc}") from exc
+    except exceptions.ConnectionError:
+        await link.disconnect(nowait=True)
+        raise
