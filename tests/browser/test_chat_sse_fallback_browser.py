@@ -99,8 +99,9 @@ def test_a_socket_refused_as_busy_opens_again_when_told_and_loses_no_message(pag
     """A web process at its bound on handshakes accepts, says `busy` (reason `web_pending`, with
     `retry_after`) and closes with 4429, reading nothing the page sent: the page waits as told,
     opens again and sends once more what the refused socket was given; it does not take the
-    refusal for a blocked socket and go to HTTP; each next socket brings its slot's ticket back. The first socket is refused at once, the second
-    once the page has sent the question into it, the third reaches the web process."""
+    refusal for a blocked socket and go to HTTP; each next socket brings its slot's ticket back.
+    The first socket is refused at once, the second once the page has sent the question into it,
+    the third reaches the web process."""
     get_user_model().objects.create_user("noor", password="pw-noor-123456")
     opened, urls = [], []
     busy = {"type": "chat.error", "code": "busy", "detail": "This server is busy; try again in a moment."}
