@@ -72,11 +72,14 @@ def snapshot() -> tuple:
 
 def same_shape(value, probe: int):
     """A response with the probed id written as ID, so two probes compare equal: ids in JSON and
-    in a redirect's location; page text is compared as it is."""
+    in a redirect's location; page text is compared as it is, and a status is never an id (the
+    probed id may be 404)."""
     if isinstance(value, dict):
         return {
             k: re.sub(rf"(?<![0-9]){probe}(?![0-9])", "ID", unquote(v))
             if k == "location" and v
+            else v
+            if k == "status"
             else same_shape(v, probe)
             for k, v in value.items()
         }
