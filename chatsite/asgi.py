@@ -1,7 +1,6 @@
 """ASGI entry point served by daphne: HTTP through Django, WebSockets through Channels, both behind
 the process's bound on the handshakes and requests it has taken and not yet answered."""
 
-import hashlib
 import os
 
 from django.core.asgi import get_asgi_application
@@ -47,7 +46,7 @@ application = PendingBound(
     limit=settings.WEB_MAX_PENDING,
     retry_slots=retry_slots,
     shared_rate=SharedRate(retry_slots, read=read_rate, write=write_rate),
-    tickets=SlotTickets(hashlib.sha256(b"web-pending-slot:" + settings.SECRET_KEY.encode()).digest()),
+    tickets=SlotTickets(settings.SECRET_KEY),
     socket_frame=refused,
     json_body=json_body,
     on_refused=admission_refused,

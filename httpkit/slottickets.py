@@ -9,27 +9,28 @@ socket whose ticket is due (`due`), up to a hard ceiling above the bound: a sock
 not refused again for the same storm. Slots are handed out at a share of the measured rate, so what
 the tickets add past the bound stays small; the ceiling holds it however wrong the rate was.
 
-A ticket is the slot's time and an HMAC of it with a key the fleet shares (derived from SECRET_KEY).
+A ticket is the slot's time and Django's salted HMAC of it with a secret the fleet shares (SECRET_KEY).
 It is valid from a moment before its slot until `late` after it; it names no user, and one used
 twice only lets a client past the bound twice within that window, under the ceiling.
 """
 
-import hashlib
 import hmac
 import time
 from collections.abc import Callable
+
+from django.utils.crypto import salted_hmac
 
 
 class SlotTickets:
     def __init__(
         self,
-        key: bytes,
+        secret: str | bytes,
         *,
         early: float = 1.0,
         late: float = 30.0,
         clock: Callable[[], float] = time.time,
     ):
-        self.key = key
+        self.secret = secret
         self.early = early  # a client's timer may fire a little early, and rounding shortens waits
         self.late = late  # a page in a background tab, or a slow network, comes back late
         self.clock = clock
@@ -48,4 +49,4 @@ class SlotTickets:
         return -self.early <= late <= self.late
 
     def _mac(self, at: str) -> str:
-        return hmac.new(self.key, at.encode(), hashlib.sha256).hexdigest()[:24]
+        return salted_hmac(__name__, at, secret=self.secret, algorithm="sha256").hexdigest()[:24]
