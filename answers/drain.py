@@ -7,6 +7,8 @@
    process (or this one's successor) continues it within CHAT_TAKEOVER_SCAN_SECONDS;
 4. the process exits.
 
+Meanwhile its idle sockets are sent away, spread out (chat.sockets.send_away).
+
 supervisord's stopwaitsecs, Kubernetes' terminationGracePeriodSeconds and its preStop wait are
 set from the same drain time (deploy/). chatsite.daphne wires the signal to `drain`.
 """

@@ -32,6 +32,8 @@ from httpkit.errors import Refusal
 from inference.engine import engine_client
 
 log = logging.getLogger(__name__)
+# The close code of a socket a restarting process sends away (docs/protocol.md).
+RESTARTING = 4012
 
 # The frames that start an answer check the login in their turn's own trip to the database (one
 # trip, not two, on the path of every answer); every other frame checks it on arrival.
@@ -119,6 +121,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         deleted: close unless still logged in)."""
         if kind == socket_auth.CLOSE or not await self._still_logged_in():
             await self.close(code=4401)
+
+    def following(self) -> bool:
+        return bool(self.followers)
+
+    async def send_away(self) -> None:
+        """The process drains (chat.sockets): 4012 (WebSocket's own 1012, service restart, is not a
+        code a server may send); the page opens again, and the shared listening socket or the proxy
+        gives it to another process."""
+        await self.close(code=RESTARTING)
 
     async def session_closed(self, event: dict) -> None:
         """A notice through the channel layer's groups (CHAT_SOCKET_NOTICES=layer)."""

@@ -10,6 +10,8 @@ through channels-redis's pub/sub layer instead, a channel of it for each socket 
 
 A notice published while Redis is away is not heard: once the subscription is up again, every
 socket checks its login, one after another, and closes if it no longer holds.
+
+A process that drains sends its sockets away spread over time (`send_away`), not all at its end.
 """
 
 import asyncio
@@ -38,11 +40,23 @@ RECHECK = "session.recheck"
 log = logging.getLogger(__name__)
 
 
+# How often the sockets of a draining process are sent away, a share of them each time.
+SEND_AWAY_TICK = 0.05
+
+
 class Socket(Protocol):
     socket_id: str
     user_id: int
 
     async def notice(self, kind: str) -> None: ...
+
+    def following(self) -> bool:
+        """Whether an answer is being forwarded to it."""
+        ...
+
+    async def send_away(self) -> None:
+        """Close it so that its page opens again, to another process."""
+        ...
 
 
 class _Sockets:
@@ -88,6 +102,38 @@ class _Sockets:
 
     def __len__(self) -> int:
         return len(self._sockets)
+
+    async def send_away(self, per_second: float, seconds: float, answers: asyncio.Future) -> int:
+        """While the process drains: close the sockets that follow no answer, `per_second` a second
+        (faster where the rest would otherwise not be closed within `seconds`), and each socket
+        whose answers end meanwhile, until `answers` (the drain of the process's answers) is done
+        and no idle socket is left, or `seconds` have passed. Their pages reconnect to another
+        process spread out: closed all at the process's end, thousands come back within the page's
+        first backoff, past what the kernel's accept queue holds (docs/resilience.md). A socket
+        that still follows an answer then closes with the process. Returns how many were closed."""
+        loop = asyncio.get_running_loop()
+        start = last = loop.time()
+        deadline = start + seconds
+        sent: set[str] = set()
+        credit = 0.0
+        while (now := loop.time()) < deadline:
+            idle = [s for s in self._sockets.values() if s.socket_id not in sent and not s.following()]
+            if not idle:
+                if answers.done():
+                    break
+                credit = 0.0
+            else:
+                rate = max(per_second, len(idle) / max(deadline - now, SEND_AWAY_TICK))
+                # What a stalled loop owes is made up, but never in one burst.
+                credit = min(credit + rate * (now - last), max(1.0, 4 * rate * SEND_AWAY_TICK))
+                for socket in idle[: int(credit)]:
+                    sent.add(socket.socket_id)
+                    self._handle(socket.send_away())
+                credit -= min(int(credit), len(idle))
+            last = now
+            await asyncio.sleep(SEND_AWAY_TICK)
+        log.info("draining: sent %d sockets away in %.1f s", len(sent), loop.time() - start)
+        return len(sent)
 
     async def _refresh(self, r: aioredis.Redis) -> None:
         while True:

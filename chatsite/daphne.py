@@ -190,16 +190,27 @@ def server_class():
         def drain(self) -> None:
             from django.conf import settings
 
-            from answers.drain import drain
-
             if self.draining is not None:  # asked again: stop now
                 self.stop()
                 return
             for port in self.ports:
                 port.stopListening()
             self.scanning_stopped.set()
-            self.draining = asyncio.get_event_loop().create_task(drain(settings.WEB_DRAIN_SECONDS))
+            self.draining = asyncio.get_event_loop().create_task(self.drain_all(settings))
             self.draining.add_done_callback(lambda _: self.stop())
+
+        async def drain_all(self, settings) -> None:
+            """The answers drain (answers.drain) while the sockets are sent away (chat.sockets)."""
+            from answers.drain import drain
+            from chat import sockets
+
+            answers = asyncio.ensure_future(drain(settings.WEB_DRAIN_SECONDS))
+            try:
+                await sockets.held().send_away(
+                    settings.WEB_DRAIN_SOCKETS_PER_SECOND, settings.WEB_DRAIN_SECONDS, answers
+                )
+            finally:
+                await answers
 
     return AnswersServer
 

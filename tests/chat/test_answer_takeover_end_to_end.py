@@ -19,9 +19,10 @@ import httpx
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from websockets.exceptions import WebSocketException
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from apitokens.services import token_issue
+from chat.consumers import RESTARTING
 from conversations.models import Message
 from deploy.supervisor import Topology, write
 from harness.processes import free_port, ports_in_a_row
@@ -35,6 +36,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # A restarted process drains this long before it hands its answers over: shorter than an answer.
 DRAIN_SECONDS = 3
+# Sockets that follow no answer leave a draining process this many a second (WEB_DRAIN_SOCKETS_PER_SECOND).
+DRAIN_SOCKETS_PER_SECOND = 4
+IDLE_SOCKETS = 6
 # Long enough by construction to be running through every fault below (min_tokens = max_tokens).
 ANSWER_TOKENS = 1024
 
@@ -177,6 +181,7 @@ def supervised(engine_url: str, run_dir: Path, topology: Topology, **env: str):
         RUN_DIR=str(run_dir),
         WEB_PORT=str(topology.web_port),
         WEB_DRAIN_SECONDS=str(DRAIN_SECONDS),
+        WEB_DRAIN_SOCKETS_PER_SECOND=str(DRAIN_SOCKETS_PER_SECOND),
         PROMETHEUS_MULTIPROC_DIR=str(metrics),
         **env,
     )
@@ -243,14 +248,34 @@ def test_an_answer_whose_web_process_is_killed_is_continued_and_completes_as_sho
         assert end["type"] == "chat.done" and time.monotonic() - asked < 2
 
 
+def closed_at(ws, into: list) -> None:
+    """Wait for `ws` to be closed by the server; note when, and with which code."""
+    try:
+        ws.recv(timeout=60)
+    except ConnectionClosed as closed:
+        into.append((time.monotonic(), closed.rcvd.code if closed.rcvd else None))
+
+
 def test_a_restart_drains_the_web_process_and_its_successor_continues_the_answer(single):
     reader = Reader(single.ws_url, single.base, user("lee")).ask("Write a long story about bridges.")
     reader.until_shown(5)
+    idle_user, closes = user("ida"), []
+    idle = [open_chat(single.ws_url, single.base, idle_user) for _ in range(IDLE_SOCKETS)]
+    waiting = [threading.Thread(target=closed_at, args=(ws, closes)) for ws in idle]
+    for thread in waiting:
+        thread.start()
     before = single.supervisor.pid("web")
     restarting = threading.Thread(target=restart, args=(single.supervisor, "web"))
     restarting.start()
     # While it drains, the answer goes on streaming to the socket it serves.
     reader.until_shown(len(reader.shown) + 5)
+    # The sockets that follow no answer are sent away meanwhile (4012), at the drain's rate:
+    # the nth no sooner than n / rate after the first.
+    for thread in waiting:
+        thread.join(30)
+    assert [code for _, code in closes] == [RESTARTING] * IDLE_SOCKETS, closes
+    times = sorted(t for t, _ in closes)
+    assert times[-1] - times[0] >= 0.5 * (IDLE_SOCKETS - 1) / DRAIN_SOCKETS_PER_SECOND, times
     restarting.join()
     assert single.supervisor.pid("web") not in {0, before}
     reader.follow()

@@ -77,3 +77,64 @@ async def test_the_round_and_the_subscription_run_only_while_a_socket_is_held():
     await sync_to_async(socket_auth.send)(socket_auth.user_group(socket.user_id), socket_auth.CLOSE)
     await asyncio.sleep(0.3)
     assert socket.heard == []
+
+
+class Idle(Listener):
+    """A socket that may follow an answer; sent away, it closes as a page's socket does."""
+
+    def __init__(self, user_id: int, held, *, following: bool = False) -> None:
+        super().__init__(user_id)
+        self.held, self.answer, self.sent_at = held, following, None
+
+    def following(self) -> bool:
+        return self.answer
+
+    async def send_away(self) -> None:
+        assert self.sent_at is None, "sent away twice"
+        self.sent_at = asyncio.get_running_loop().time()
+        self.held.discard(self)
+
+
+async def test_a_draining_process_sends_idle_sockets_away_at_its_rate_and_followers_once_their_answers_end():
+    held = sockets.held()
+    idle = [Idle(9401, held) for _ in range(60)]
+    followers = [Idle(9402, held, following=True) for _ in range(2)]
+    for socket in idle + followers:
+        held.add(socket, [])
+    answers = asyncio.get_running_loop().create_future()
+    start = asyncio.get_running_loop().time()
+    sending = asyncio.create_task(held.send_away(100, 30, answers))
+    try:
+        assert await until(lambda: all(s.sent_at for s in idle), 10), (
+            "the idle sockets were not all sent away"
+        )
+        assert not any(s.sent_at for s in followers), "a socket that follows an answer was sent away"
+        times = sorted(s.sent_at - start for s in idle)
+        # Never ahead of the rate: the nth socket goes no sooner than n/100 s after the drain began.
+        assert all(n <= 100 * t + 1 for n, t in enumerate(times, 1)), times
+        followers[0].answer = False  # its answer ended
+        assert await until(lambda: followers[0].sent_at, 5)
+        assert not sending.done(), "it ended while the answers still drain"
+        answers.set_result(None)
+        assert await asyncio.wait_for(sending, 5) == 61
+        assert followers[1].sent_at is None, "the socket still following goes with the process"
+    finally:
+        sending.cancel()
+        for socket in idle + followers:
+            held.discard(socket)
+
+
+async def test_sockets_too_many_for_the_rate_are_all_sent_away_within_the_drain():
+    held = sockets.held()
+    idle = [Idle(9403, held) for _ in range(40)]
+    for socket in idle:
+        held.add(socket, [])
+    answers = asyncio.get_running_loop().create_future()
+    answers.set_result(None)
+    try:
+        # At 1 a second they would take 40 s: faster, so that all are closed within the 2 s drain.
+        assert await asyncio.wait_for(held.send_away(1, 2, answers), 10) == 40
+        assert all(s.sent_at for s in idle)
+    finally:
+        for socket in idle:
+            held.discard(socket)
