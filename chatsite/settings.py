@@ -348,7 +348,7 @@ CHAT_TAKEOVER_AFTER_SECONDS = env_float("CHAT_TAKEOVER_AFTER_SECONDS", 6.0, mini
 CHAT_TAKEOVER_SCAN_SECONDS = env_float("CHAT_TAKEOVER_SCAN_SECONDS", 1.0, minimum=0.1)
 WEB_DRAIN_SECONDS = web_drain_seconds()
 # Meanwhile its idle sockets are closed this many a second (chat.sockets.send_away).
-WEB_DRAIN_SOCKETS_PER_SECOND = env_float("WEB_DRAIN_SOCKETS_PER_SECOND", 500.0, minimum=1.0)
+WEB_DRAIN_SOCKETS_PER_SECOND = env_float("WEB_DRAIN_SOCKETS_PER_SECOND", 200.0, minimum=1.0)
 CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5.0)
 # An answer's frames in Redis (chat/streams.py).
 CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
