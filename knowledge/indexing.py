@@ -169,6 +169,11 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
                 size = await _batch_size(r)
                 known.add(texts[:size], await embedder.aembed(texts[:size], priority="bulk"))
                 texts = texts[size:]
+                # A batch in small requests on a loaded host can outlast the lease it was claimed with.
+                if texts and not await database_sync_to_async(claims.document_renew)(
+                    document_id=document.pk, worker=worker
+                ):
+                    return  # another worker holds it now
         except EngineError as exc:
             log.warning("document %s: embedding engine unavailable (%s); given back", document.pk, exc)
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
