@@ -69,6 +69,26 @@ def handbook_pdf() -> bytes:
     return pdf_with_lines(pages)
 
 
+def _engine_counts(before: dict | None = None) -> dict:
+    """The embedding engine's counters (since `before`): texts, tokens, forward passes and seconds."""
+    import httpx
+    from django.conf import settings
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = {
+        "embedding_texts_total": "texts",
+        "embedding_tokens_total": "tokens",
+        "embedding_forward_passes_total": "passes",
+        "embedding_forward_seconds_sum": "forward_s",
+    }
+    counts = dict.fromkeys(names.values(), 0.0)
+    for family in text_string_to_metric_families(httpx.get(settings.EMBEDDING_URL + "/metrics").text):
+        for sample in family.samples:
+            if sample.name in names:
+                counts[names[sample.name]] += sample.value
+    return {name: round(value - (before or {}).get(name, 0), 2) for name, value in counts.items()}
+
+
 def run_pdf() -> dict:
     """Upload to searchable, with the embedding engine and a Redis of this run's own."""
     from django.conf import settings
@@ -82,15 +102,16 @@ def run_pdf() -> dict:
     from harness.processes import free_port, redis_serving
     from inference.engine import embedding_client
     from knowledge import indexing, search, services
-    from knowledge.models import Document
+    from knowledge.models import Document, Window
 
     data = PDF.read_bytes()
     assert data == handbook_pdf(), "bench/data/handbook.pdf is not what handbook_pdf() writes"
     call_command("migrate", verbosity=0)
     redis_url = f"redis://:bench-{free_port()}@127.0.0.1:{free_port()}/0"
     settings.REDIS_URL = redis_url
-    # The upload queues its indexing task there (nothing here consumes it: this process indexes).
-    app.conf.broker_url = redis_url
+    # The upload queues its indexing task there (nothing here consumes it: this process indexes). The
+    # write URL is the one the producer reads: the settings' broker URL takes precedence over broker_url.
+    app.conf.broker_write_url = redis_url
     log = open(Path(settings.DATA_DIR) / "bench-embeddings.log", "w")  # noqa: SIM115 - closed below
     engine = EngineProcess(EmbeddingConfig.from_settings(settings), output=log)
     with redis_serving(redis_url, bundled=True):
@@ -99,6 +120,7 @@ def run_pdf() -> dict:
             engine.wait_healthy(timeout=300)
             owner, _ = get_user_model().objects.get_or_create(username="bench-pdf")
             collection = services.collection_create(owner=owner, name="Handbook")
+            engine_before = _engine_counts()
             began = time.perf_counter()
             services.documents_add(collection=collection, uploads=[SimpleUploadedFile("handbook.pdf", data)])
             stored = time.perf_counter()
@@ -108,6 +130,7 @@ def run_pdf() -> dict:
                     indexing.index_collection(collection_id=collection.pk, worker="bench/1", seconds=600)
                 )
             indexed = time.perf_counter()
+            counts = _engine_counts(engine_before)
             vector = embedding_client().embed([QUESTION], priority="query")[0]
             found = search.passages(question=QUESTION, query_vector=vector, collection_ids=[collection.pk])
             searchable = time.perf_counter()
@@ -125,6 +148,11 @@ def run_pdf() -> dict:
         "upload_s": round(stored - began, 2),
         "indexing_s": round(indexed - stored, 2),
         "upload_to_searchable_s": round(searchable - began, 2),
+        "windows": Window.objects.filter(chunk__document=document).count(),
+        # What the embedding engine did while the document was indexed (its /metrics): texts, the
+        # tokens it read, forward passes and their seconds; the rest of indexing_s is reading,
+        # cutting and writing.
+        "engine": counts,
         "planted_found": any(PLANTED in p.text for p in found),
         "outcome": outcome,
     }

@@ -581,9 +581,9 @@ KNOWLEDGE_CHUNK_TOKENS = env_int("KNOWLEDGE_CHUNK_TOKENS", 200, minimum=16, maxi
 KNOWLEDGE_CHUNK_OVERLAP = env_int("KNOWLEDGE_CHUNK_OVERLAP", 40, minimum=0)
 # A passage's windows: its sentences, at most this many tokens each, embedded beside it (0: none).
 KNOWLEDGE_WINDOW_TOKENS = env_int("KNOWLEDGE_WINDOW_TOKENS", 64, minimum=0, maximum=510)
-# Texts (passages and their windows) sent to the embedding engine in one request; fewer while chat
-# answers stream.
-KNOWLEDGE_EMBED_BATCH = env_int("KNOWLEDGE_EMBED_BATCH", 64, minimum=1)
+# Texts (passages and their windows) embedded and stored together, sent longest first in one request;
+# requests of fewer while chat answers stream.
+KNOWLEDGE_EMBED_BATCH = env_int("KNOWLEDGE_EMBED_BATCH", 512, minimum=1)
 KNOWLEDGE_EMBED_BATCH_WHILE_CHAT = env_int("KNOWLEDGE_EMBED_BATCH_WHILE_CHAT", 8, minimum=1)
 KNOWLEDGE_MAX_ATTEMPTS = env_int("KNOWLEDGE_MAX_ATTEMPTS", 3, minimum=1)
 KNOWLEDGE_LEASE_SECONDS = env_int("KNOWLEDGE_LEASE_SECONDS", 120, minimum=10)

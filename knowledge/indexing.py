@@ -1,9 +1,11 @@
 """A collection's indexing run in one worker: claim its documents one at a time, read each in the
 bounded child process, cut it into passages, embed them and their windows in batches and store them.
+A text the document repeats (a sentence in the overlap of two passages, a line on every page) is
+embedded once.
 
 It runs below chat: while chat answers stream (answers.admission's count, across web processes)
-batches shrink to KNOWLEDGE_EMBED_BATCH_WHILE_CHAT, so the embedding engine never holds the host's
-cores for long while a reader waits for tokens. A run stops claiming at its deadline and returns
+requests shrink to KNOWLEDGE_EMBED_BATCH_WHILE_CHAT texts, so the embedding engine never holds the
+host's cores for long while a reader waits for tokens. A run stops claiming at its deadline and returns
 "continue" so the task queues the rest, as bulk jobs do.
 """
 
@@ -12,6 +14,7 @@ import logging
 import time
 import uuid
 
+import numpy as np
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -23,6 +26,7 @@ from inference.client import EngineError
 from inference.engine import embedding_client
 from knowledge import chunking, claims
 from knowledge.models import Document
+from knowledge.vectors import DTYPE
 from redisconn import keys
 
 log = logging.getLogger(__name__)
@@ -71,25 +75,52 @@ async def _batch_size(r) -> int:
     return settings.KNOWLEDGE_EMBED_BATCH_WHILE_CHAT if busy else settings.KNOWLEDGE_EMBED_BATCH
 
 
-def _batch(todo: list, size: int) -> tuple[list, list]:
-    """The first pieces of `todo` [(piece, windows)] whose texts, windows included, are at most `size`
-    (at least one piece), and the rest."""
-    texts, taken = 0, 0
-    for _, windows in todo:
-        texts += 1 + len(windows)
-        if taken and texts > size:
+class Embedded:
+    """A document's texts already embedded, by text, the most recent KEEP: a sentence in the overlap
+    of two passages, or a line each page repeats, is embedded once."""
+
+    KEEP = 4096
+
+    def __init__(self) -> None:
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def __contains__(self, text: str) -> bool:
+        return text in self._vectors
+
+    def __getitem__(self, text: str) -> np.ndarray:
+        return self._vectors[text]
+
+    def add(self, texts: list[str], vectors: list) -> None:
+        for text, vector in zip(texts, vectors, strict=True):
+            self._vectors[text] = np.asarray(vector, dtype=DTYPE)
+
+    def rows(self, batch: list) -> list:
+        """[(piece, its vector, its windows' vectors)] of a batch whose texts are all here; then the
+        oldest texts past KEEP are forgotten."""
+        rows = [(piece, self[piece.text], [self[text] for text in windows]) for piece, windows in batch]
+        while len(self._vectors) > self.KEEP:
+            del self._vectors[next(iter(self._vectors))]
+        return rows
+
+
+def _new_texts(batch: list, known: Embedded) -> list[str]:
+    """The texts of `batch` [(piece, windows)] not embedded yet, each once, in order."""
+    texts = (text for piece, windows in batch for text in (piece.text, *windows))
+    return [text for text in dict.fromkeys(texts) if text not in known]
+
+
+def _batch(todo: list, size: int, known: Embedded) -> tuple[list, list]:
+    """The first pieces of `todo` [(piece, windows)] whose texts not yet embedded, windows included,
+    are at most `size` (at least one piece), and the rest."""
+    texts: set[str] = set()
+    taken = 0
+    for piece, windows in todo:
+        new = {text for text in (piece.text, *windows) if text not in known} - texts
+        if taken and len(texts) + len(new) > size:
             break
+        texts |= new
         taken += 1
     return todo[:taken], todo[taken:]
-
-
-def _rows(batch: list, vectors: list) -> list:
-    """[(piece, its vector, its windows' vectors)] from vectors in the order the texts were sent."""
-    rows, at = [], 0
-    for piece, windows in batch:
-        rows.append((piece, vectors[at], vectors[at + 1 : at + 1 + len(windows)]))
-        at += 1 + len(windows)
-    return rows
 
 
 async def _text(document: Document) -> str:
@@ -120,17 +151,29 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
         total=len(pieces),
         tokens=sum(p.tokens for p in pieces),
     )
-    todo = [(piece, chunking.windows(piece.text)) for piece in pieces if piece.position not in stored]
+    todo = await asyncio.to_thread(
+        lambda: [(piece, chunking.windows(piece.text)) for piece in pieces if piece.position not in stored]
+    )
+    known = Embedded()
     while todo:
         if not await lock.refresh():
             # The run lost its lock (paused past it): another run goes on with this document.
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
             return
-        batch, todo = _batch(todo, await _batch_size(r))
+        batch, todo = _batch(todo, settings.KNOWLEDGE_EMBED_BATCH, known)
+        # Longest first, so each request (and each forward pass) holds texts of about one length:
+        # a passage's sentences are not padded to the length of the passage.
+        texts = sorted(_new_texts(batch, known), key=len, reverse=True)
         try:
-            vectors = await embedder.aembed(
-                [text for piece, windows in batch for text in (piece.text, *windows)], priority="bulk"
-            )
+            while texts:
+                size = await _batch_size(r)
+                known.add(texts[:size], await embedder.aembed(texts[:size], priority="bulk"))
+                texts = texts[size:]
+                # A batch in small requests on a loaded host can outlast the lease it was claimed with.
+                if texts and not await database_sync_to_async(claims.document_renew)(
+                    document_id=document.pk, worker=worker
+                ):
+                    return  # another worker holds it now
         except EngineError as exc:
             log.warning("document %s: embedding engine unavailable (%s); given back", document.pk, exc)
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
@@ -140,7 +183,7 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
             collection_id=document.collection_id,
             worker=worker,
             chunker=chunker,
-            rows=_rows(batch, vectors),
+            rows=known.rows(batch),
         ):
             return  # another worker holds it now
     await database_sync_to_async(claims.document_finish)(document_id=document.pk, worker=worker)

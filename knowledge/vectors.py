@@ -91,27 +91,27 @@ def _matrix(collection_id: int) -> _Matrix:
     cached = _matrices.get(collection_id)
     if cached is not None and cached.version == version:
         return cached
-    chunks = list(
-        Chunk.objects.filter(collection_id=collection_id).order_by("id").values_list("id", "embedding")
-    )
-    windows: dict[int, list[bytes]] = {}
-    for chunk_id, data in (
-        Window.objects.filter(collection_id=collection_id).order_by("chunk_id", "position").values_list(
-            "chunk_id", "embedding"
-        )
-    ):  # fmt: skip
-        windows.setdefault(chunk_id, []).append(data)
-    ids = np.fromiter((row[0] for row in chunks), dtype=np.int64, count=len(chunks))
-    counts = np.fromiter(
-        (1 + len(windows.get(row[0], ())) for row in chunks), dtype=np.int64, count=len(chunks)
-    )
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(chunks) else counts
-    vectors = np.empty((int(counts.sum()), settings.EMBEDDING_DIMENSIONS), dtype=DTYPE)
-    row = 0
-    for chunk_id, data in chunks:
-        for part in (data, *windows.get(chunk_id, ())):
-            vectors[row] = from_bytes(bytes(part))
-            row += 1
+    chunks = Chunk.objects.filter(collection_id=collection_id).order_by("id")
+    windows = Window.objects.filter(collection_id=collection_id)
+    ids = np.fromiter(chunks.values_list("id", flat=True), dtype=np.int64)
+    counts = np.ones(len(ids), dtype=np.int64)
+    index = {int(chunk_id): i for i, chunk_id in enumerate(ids)}
+    for chunk_id, n in windows.values_list("chunk_id").annotate(n=Count("id")).order_by():
+        if chunk_id in index:
+            counts[index[chunk_id]] += n
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(ids) else counts
+    # Filled row by row as the database streams them, so no second copy of the vectors is held. A row
+    # that changed between the reads (a chunk indexed or deleted meanwhile) is left out or left zero
+    # (no similarity); the version differs, so the next search reads the matrix again.
+    vectors = np.zeros((int(counts.sum()), settings.EMBEDDING_DIMENSIONS), dtype=DTYPE)
+    for chunk_id, data in chunks.values_list("id", "embedding").iterator(chunk_size=2000):
+        if chunk_id in index:
+            vectors[starts[index[chunk_id]]] = from_bytes(bytes(data))
+    rows = windows.values_list("chunk_id", "position", "embedding")
+    for chunk_id, position, data in rows.iterator(chunk_size=2000):
+        i = index.get(chunk_id)
+        if i is not None and position + 1 < counts[i]:
+            vectors[starts[i] + 1 + position] = from_bytes(bytes(data))
     matrix = _Matrix(version, ids, starts, vectors)
     with _lock:
         _matrices[collection_id] = matrix

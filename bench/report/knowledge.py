@@ -169,8 +169,20 @@ def _pdf(pdf: dict | None) -> list[str]:
         f"({pdf['indexing_s']} s, the indexing task's code in the benchmark's process), then a question "
         f"embedded and searched: {seconds} s in all; the planted sentence's passage "
         f"{'was' if pdf['planted_found'] else 'was not'} found. Target: searchable within 60 s — "
-        f"{verdict(met)}.",
+        f"{verdict(met)}." + _pdf_engine(pdf),
     ]
+
+
+def _pdf_engine(pdf: dict) -> str:
+    engine = pdf.get("engine")
+    if not engine:
+        return ""
+    texts = pdf["chunks"] + pdf.get("windows", 0)
+    return (
+        f" The embedding engine embedded {engine['texts']:,.0f} distinct texts of the {texts:,} passages and "
+        f"windows ({engine['tokens']:,.0f} tokens, {engine['passes']:,.0f} forward passes, "
+        f"{engine['forward_s']} s of them); the rest of indexing is reading, cutting and writing."
+    )
 
 
 def _prefix(prefix: dict | None) -> list[str]:

@@ -41,10 +41,23 @@ class CountingEmbedder:
     def __init__(self) -> None:
         self.inner = embedding_client()
         self.texts: list[str] = []
+        self.requests: list[list[str]] = []
 
     async def aembed(self, texts, *, priority="bulk"):
         self.texts.extend(texts)
+        self.requests.append(list(texts))
         return await self.inner.aembed(texts, priority=priority)
+
+
+def index_counted(collection_id: int) -> CountingEmbedder:
+    embedder = CountingEmbedder()
+    real = indexing.embedding_client
+    indexing.embedding_client = lambda: embedder
+    try:
+        assert index(collection_id) == "done"
+    finally:
+        indexing.embedding_client = real
+    return embedder
 
 
 def index(collection_id: int) -> str:
@@ -92,14 +105,10 @@ def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks
     )
     Document.objects.filter(pk=held.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
 
-    embedder = CountingEmbedder()
-    real = indexing.embedding_client
-    indexing.embedding_client = lambda: embedder
-    try:
-        assert index(collection.pk) == "done"
-    finally:
-        indexing.embedding_client = real
-    assert embedder.texts == [text for p in pieces[4:] for text in (p.text, *chunking.windows(p.text))]
+    embedder = index_counted(collection.pk)
+    # The pieces not stored, each distinct text once (a sentence in two passages' overlap too).
+    left = [text for p in pieces[4:] for text in (p.text, *chunking.windows(p.text))]
+    assert sorted(embedder.texts) == sorted(set(left)) and len(set(left)) < len(left)
     document.refresh_from_db()
     assert document.status == Document.Status.READY and document.attempts == 2
     assert list(document.chunks.values_list("position", flat=True)) == list(range(len(pieces)))
@@ -111,6 +120,29 @@ def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks
         document_id=held.pk, collection_id=collection.pk, worker="dead/1", chunker="x", rows=[]
     )
     assert not claims.document_finish(document_id=held.pk, worker="dead/1")
+
+
+@override_settings(KNOWLEDGE_EMBED_BATCH=40)
+def test_each_distinct_text_is_embedded_once_in_requests_of_texts_of_about_one_length(collection):
+    services.documents_add(collection=collection, uploads=[upload("long.txt", long_text("travel", 300))])
+    embedder = index_counted(collection.pk)
+    texts = [
+        text
+        for passage in Chunk.objects.filter(collection=collection).values_list("text", flat=True)
+        for text in (passage, *chunking.windows(passage))
+    ]
+    assert sorted(embedder.texts) == sorted(set(texts)) and len(set(texts)) < len(texts)
+    assert len(embedder.requests) > 1
+    for request in embedder.requests:
+        # Longest first, so a forward pass pads its texts to about one length.
+        assert len(request) <= 40 and [len(t) for t in request] == sorted(map(len, request), reverse=True)
+    # Every vector stored is its text's.
+    chunk = Chunk.objects.filter(collection=collection).order_by("position")[3]
+    own, *windows = embedding_client().embed([chunk.text, *chunking.windows(chunk.text)])
+    stored = [vectors.from_bytes(bytes(w)) for w in chunk.windows.order_by("position").values_list(
+        "embedding", flat=True)]  # fmt: skip
+    assert np.allclose(vectors.from_bytes(bytes(chunk.embedding)), own, atol=1e-4)
+    assert np.allclose(stored, windows, atol=1e-4)
 
 
 def embedded(piece: chunking.Piece) -> tuple:
