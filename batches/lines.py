@@ -92,6 +92,7 @@ async def _chat(
         request_id=request_id,
         sampling=chat.sampling,
         model=chat.model,
+        whole=True,
     )
     parts: list[str] = []
     completion = Completion(finish_reason="")
