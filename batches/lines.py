@@ -1,14 +1,15 @@
 """One line of a batch, run in the bulk worker as the synchronous API runs its request: the same
 checks (openai_api.protocol), the owner's model access and daily quota, the owner's prefix-cache
 salt, at the bulk priority; a line past the quota fails with `quota_exceeded` and is not billed.
-The job's document holds the input line as it was sent ({custom_id, method, url, body})."""
+The lines a runner claims together are checked together (the owner, their models and their quota
+read once), as that many requests arriving at once would be. The job's document holds the input
+line as it was sent ({custom_id, method, url, body})."""
 
 import time
 import uuid
 from contextlib import aclosing
 
 import orjson
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
@@ -37,27 +38,41 @@ def line_request(url: str, body: object) -> protocol.ChatCompletionRequest | pro
     return request
 
 
-def line_allowed(user, url: str, request, *, quota: bool = True, models: list[str] | None = None) -> None:
-    """The owner's access to the line's model (`models`: theirs, when the caller has read them), and
-    their quota (Refusal)."""
-    chat_models = models_for(user=user) if models is None else models
-    allowed = [settings.EMBEDDING_MODEL_NAME] if url == EMBEDDINGS else chat_models
+def line_allowed(url: str, request, *, models: list[str]) -> None:
+    """The owner's access to the line's model, from their chat `models` (Refusal)."""
+    allowed = [settings.EMBEDDING_MODEL_NAME] if url == EMBEDDINGS else models
     if request.model not in allowed:
         raise Refusal("model_not_found", f"The model '{request.model}' does not exist.", param="model")
-    if quota:
+
+
+def lines_admitted(owner_id: int, claims: list[Claim]) -> dict[int, tuple[str, object] | LineRefused]:
+    """Each claimed line's (url, checked request), or the LineRefused that fails it: its body's
+    checks, then the owner's access to its model, then their quota."""
+    user = get_user_model().objects.get(pk=owner_id)
+    models = models_for(user=user)
+    try:
         usage_check(user=user)
+    except Refusal as refusal:
+        spent = LineRefused(refusal.code, refusal.detail)
+    else:
+        spent = None
+    admitted: dict[int, tuple[str, object] | LineRefused] = {}
+    for claim in claims:
+        line = orjson.loads(claim.text)
+        try:
+            request = line_request(line["url"], line["body"])
+            line_allowed(line["url"], request, models=models)
+        except Refusal as refusal:
+            admitted[claim.document_id] = LineRefused(refusal.code, refusal.detail)
+        else:
+            admitted[claim.document_id] = spent or (line["url"], request)
+    return admitted
 
 
 def line_runner(owner_id: int, engine: EngineClient) -> LineRun:
-    async def run(claim: Claim) -> Summary:
-        line = orjson.loads(claim.text)
-        user = await database_sync_to_async(get_user_model().objects.get)(pk=owner_id)
-        try:
-            request = line_request(line["url"], line["body"])
-            await database_sync_to_async(line_allowed)(user, line["url"], request)
-        except Refusal as refusal:
-            raise LineRefused(refusal.code, refusal.detail) from None
-        if line["url"] == EMBEDDINGS:
+    async def run(claim: Claim, admitted: tuple[str, object]) -> Summary:
+        url, request = admitted
+        if url == EMBEDDINGS:
             return await _embeddings(request)
         return await _chat(engine, request, owner_id, f"batch-{claim.document_id}-a{claim.attempt}")
 
@@ -77,6 +92,7 @@ async def _chat(
         request_id=request_id,
         sampling=chat.sampling,
         model=chat.model,
+        whole=True,
     )
     parts: list[str] = []
     completion = Completion(finish_reason="")

@@ -84,7 +84,7 @@ def documents_from_file(batch: Batch, owner: AbstractBaseUser, stream) -> int:
         document = Document(job=batch.job, external_id=line["custom_id"], text=orjson.dumps(line).decode())
         try:
             request = line_request(line["url"], line.get("body"))
-            line_allowed(owner, line["url"], request, quota=False, models=models)
+            line_allowed(line["url"], request, models=models)
         except Refusal as refusal:
             document.status, document.finished_at = Document.Status.FAILED, timezone.now()
             document.error, document.error_code = refusal.detail, refusal.code

@@ -8,7 +8,9 @@ the same length), the engine built from the product's settings either way:
 2. the product's engine, web process (daphne, production mode) and a Celery worker of the bulk
    queue; the same file through the openai SDK (`files.create` → `batches.create` → `retrieve`
    until it ends → `files.content`), timed from `batches.create` to the batch ended, once per
-   BATCH_CONCURRENCY given (each with a worker of its own), with no chat;
+   BATCH_CONCURRENCY given (each with a worker of its own), with no chat, the CPU seconds each process
+   spent meanwhile (the worker, the web process, the engine's API server and its engine core) and
+   the engine's running and waiting requests, sampled;
 3. for each setting, a batch again with CHAT_USERS users chatting over the WebSocket for a window:
    the lines the batch completed in that window, and chat's between-token p99 against chat alone
    (before and after, pooled).
@@ -30,7 +32,9 @@ import time
 from functools import partial
 from pathlib import Path
 
-from bench.results import arguments, load_during, percentile, save, summarize
+import httpx
+
+from bench.results import arguments, load_during, percentile, sampled, save, summarize
 
 MAX_TOKENS = 32
 CHAT_TOKENS = 64
@@ -117,6 +121,8 @@ def offline(config, source: Path, folder: Path) -> dict:
         preexec_fn=partial(os.nice, config.nice) if config.nice else None,
     )
 
+    cpu: dict[str, float] = {}
+
     def follow() -> None:
         with open(logs() / "run-batch.log", "w") as log:
             for line in process.stdout:
@@ -124,8 +130,10 @@ def offline(config, source: Path, folder: Path) -> dict:
                 now = time.perf_counter()
                 if re.search(r"Reading batch from", line):
                     marks.setdefault("reading", now)
+                    cpu.setdefault("reading", tree_cpu_seconds(process.pid))
                 elif re.search(r"Writing outputs to", line):
                     marks.setdefault("writing", now)
+                    cpu.setdefault("writing", tree_cpu_seconds(process.pid))
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
@@ -136,12 +144,60 @@ def offline(config, source: Path, folder: Path) -> dict:
     if code != 0 or "reading" not in marks:
         raise RuntimeError(f"run_batch exited {code}; see var/bench-logs/run-batch.log")
     figures = output_figures(target.read_text())
+    spent = cpu["writing"] - cpu["reading"] if len(cpu) == 2 else None
     return {
         **figures,
         **rates(figures, ended - marks["reading"]),
         "startup_s": round(marks["reading"] - started, 1),
+        "cpu_s": {"run_batch": round(spent, 1)} if spent is not None else {},
         **load,
     }
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds so far of a process and its descendants."""
+    from bench.processes import children_cpu_seconds, cpu_seconds
+
+    return cpu_seconds(pid) + children_cpu_seconds(pid)
+
+
+def processes_cpu(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of the product's processes: the Celery worker (its pool's child included),
+    the web process, the engine's API server and its engine core (the server's children)."""
+    from bench.processes import children_cpu_seconds, cpu_seconds
+
+    return {
+        "worker": tree_cpu_seconds(pids["worker"]),
+        "web": cpu_seconds(pids["web"]),
+        "engine_api": cpu_seconds(pids["engine"]),
+        "engine_core": children_cpu_seconds(pids["engine"]),
+    }
+
+
+@contextlib.contextmanager
+def engine_gauges(url: str, every: float = 0.5):
+    """The engine's running and waiting requests sampled every `every` seconds while the block runs:
+    the dict it yields gets their means and the most running on the way out."""
+    from inference.topology import RUNNING, WAITING, metric_sums
+
+    client = httpx.Client(timeout=10)
+
+    def read() -> dict[str, float] | None:
+        try:
+            return metric_sums(client.get(url + "/metrics").text, [RUNNING, WAITING])
+        except httpx.HTTPError:
+            return None
+
+    figures: dict = {}
+    try:
+        with sampled(read, every) as samples:
+            yield figures
+    finally:
+        client.close()
+    if samples:
+        figures["engine_running_mean"] = round(sum(s[RUNNING] for s in samples) / len(samples), 1)
+        figures["engine_running_max"] = max(s[RUNNING] for s in samples)
+        figures["engine_waiting_mean"] = round(sum(s[WAITING] for s in samples) / len(samples), 1)
 
 
 def api_key() -> str:
@@ -172,12 +228,15 @@ async def until_ended(api, batch, poll: float = 0.25):
     return batch
 
 
-async def product_alone(api, source: Path) -> dict:
-    """The file as a batch with no chat: timed from `batches.create` to the batch ended."""
-    with load_during() as load:
+async def product_alone(api, source: Path, url: str, pids: dict[str, int]) -> dict:
+    """The file as a batch with no chat: timed from `batches.create` to the batch ended, with the
+    CPU seconds each process spent meanwhile and the engine's requests in flight."""
+    with load_during() as load, engine_gauges(url) as gauges:
+        before = processes_cpu(pids)
         started = time.perf_counter()
         batch = await until_ended(api, await submit(api, source))
         seconds = time.perf_counter() - started
+        spent = {name: round(value - before[name], 1) for name, value in processes_cpu(pids).items()}
     if batch.status != "completed":
         raise RuntimeError(f"batch {batch.id} ended {batch.status}: {batch.errors}")
     figures = output_figures((await api.files.content(batch.output_file_id)).text)
@@ -185,6 +244,8 @@ async def product_alone(api, source: Path) -> dict:
         **figures,
         **rates(figures, seconds),
         "in_progress_to_finalizing_s": (batch.finalizing_at or 0) - (batch.in_progress_at or 0),
+        "cpu_s": spent,
+        **gauges,
         **load,
     }
 
@@ -236,7 +297,9 @@ def gap_p99(*chats: dict) -> float | None:
     return None if value is None else round(value * 1000, 1)
 
 
-async def measure_product(url: str, base: str, key: str, cookies: list[str], source: Path, args) -> dict:
+async def measure_product(
+    url: str, base: str, key: str, cookies: list[str], source: Path, args, pids: dict[str, int]
+) -> dict:
     import openai
 
     from bench.processes import celery_worker
@@ -246,9 +309,10 @@ async def measure_product(url: str, base: str, key: str, cookies: list[str], sou
     await chat_for(base, cookies[:2], 5)  # warm-up: the first answers pay one-off costs
     alone = [await chat_for(base, cookies, args.chat_seconds)]
     for concurrency in args.settings:
-        with celery_worker(url, BATCH_CONCURRENCY=str(concurrency)):
+        with celery_worker(url, BATCH_CONCURRENCY=str(concurrency)) as worker:
             await until_ended(api, await submit(api, source.with_name("warm.jsonl")))
-            out[f"product_{concurrency}"] = await product_alone(api, source)
+            pids["worker"] = worker.pid
+            out[f"product_{concurrency}"] = await product_alone(api, source, url, pids)
             beside = await product_beside_chat(api, source, base, cookies, args.chat_seconds)
             beside["chat_gap_p99_ms"] = gap_p99(beside["chat"])
             beside["chat"].pop("gaps_s")
@@ -267,7 +331,7 @@ def measure(args) -> dict:
     from bench.processes import (
         bench_users,
         engine_config,
-        engine_running,
+        engine_process,
         product_environment,
         product_process,
         redis_running,
@@ -297,10 +361,11 @@ def measure(args) -> dict:
             out["run_batch"] = offline(config, source, folder)
             save(args.output, "batch_api", out)  # kept if the product's part fails
         stack.enter_context(redis_running())
-        url = stack.enter_context(engine_running(config, name="batch-engine"))
-        base, _ = stack.enter_context(product_process(url, **environment))
+        url, engine_pid = stack.enter_context(engine_process(config, name="batch-engine"))
+        base, web = stack.enter_context(product_process(url, **environment))
         cookies = stack.enter_context(bench_users(args.chat_users))
-        out.update(asyncio.run(measure_product(url, base, api_key(), cookies, source, args)))
+        pids = {"engine": engine_pid, "web": web.pid}
+        out.update(asyncio.run(measure_product(url, base, api_key(), cookies, source, args, pids)))
     offline_rate = out["run_batch"]["tokens_per_s"]
     out["ratios"] = {
         str(c): {

@@ -89,6 +89,15 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
+def children_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the live descendants of one process."""
+    total = 0.0
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += cpu_seconds(child.pid)
+    return total
+
+
 @contextlib.contextmanager
 def product_process(engine_url: str, **environment: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """daphne serving the product against `engine_url`, with extra settings from `environment`:
@@ -205,8 +214,9 @@ def delete_users(pks: list[int], tries: int = 10) -> None:
 
 
 @contextlib.contextmanager
-def celery_worker(engine_url: str, **environment: str) -> Iterator[None]:
-    """A Celery worker of the bulk queue against `engine_url`, with extra settings from `environment`."""
+def celery_worker(engine_url: str, **environment: str) -> Iterator[subprocess.Popen]:
+    """A Celery worker of the bulk queue against `engine_url`, with extra settings from `environment`:
+    its main process (the pool's child, which runs the tasks, is its child)."""
     log = log_file("bulk-celery")
     env = dict(os.environ, **PRODUCTION, INFERENCE_URL=engine_url, LOG_LEVEL="WARNING", **environment)
     worker_args = (
@@ -227,7 +237,7 @@ def celery_worker(engine_url: str, **environment: str) -> Iterator[None]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the Celery worker did not start; see var/bench-logs/bulk-celery.log")
             time.sleep(0.2)
-        yield
+        yield process
     finally:
         process.terminate()
         process.wait(30)

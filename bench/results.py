@@ -91,25 +91,39 @@ def summarize(answers: Sequence[Answer], wall: float) -> dict:
 
 
 @contextlib.contextmanager
-def load_during(every: float = 1.0) -> Iterator[dict]:
-    """The host's 1-minute load average sampled every `every` seconds while the block runs: the dict
-    it yields gets `load_mean` and `load_max` on the way out (the host is shared, so each phase says
-    what else ran)."""
-    samples = [os.getloadavg()[0]]
+def sampled(read: Callable[[], object], every: float) -> Iterator[list]:
+    """`read()` called on a thread every `every` seconds while the block runs: the list it yields
+    gets each value other than None."""
+    samples: list = []
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(every):
-            samples.append(os.getloadavg()[0])
+            value = read()
+            if value is not None:
+                samples.append(value)
 
-    figures: dict = {}
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     try:
-        yield figures
+        yield samples
     finally:
         stop.set()
         thread.join()
+
+
+@contextlib.contextmanager
+def load_during(every: float = 1.0) -> Iterator[dict]:
+    """The host's 1-minute load average sampled every `every` seconds while the block runs: the dict
+    it yields gets `load_mean` and `load_max` on the way out (the host is shared, so each phase says
+    what else ran)."""
+    first = os.getloadavg()[0]
+    figures: dict = {}
+    try:
+        with sampled(lambda: os.getloadavg()[0], every) as samples:
+            yield figures
+    finally:
+        samples = [first, *samples]
         figures["load_mean"] = round(sum(samples) / len(samples), 2)
         figures["load_max"] = round(max(samples), 2)
 

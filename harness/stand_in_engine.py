@@ -1,11 +1,12 @@
 """The stand-in engine: the part of vLLM's OpenAI-compatible server the product uses, over real
 HTTP, doing on demand what no real engine does.
 
-It answers `/health`, `/tokenize`, `/metrics`, `/v1/models` and streaming `/v1/chat/completions`
-(every other path is not found, `/workers` included: an engine is no router). Every chat gets
-`text`, `chunk` characters a delta, or else `max_tokens` one-word deltas, each its own SSE event
-in its own write, `interval` seconds apart (0: as fast as it can, yielding to the other answers
-between deltas), ended with a finish reason and the usage. `fault` makes every chat fail instead:
+It answers `/health`, `/tokenize`, `/metrics`, `/v1/models` and `/v1/chat/completions` (every other
+path is not found, `/workers` included: an engine is no router). Every chat gets `text`, `chunk`
+characters a delta, or else `max_tokens` one-word deltas, each its own SSE event in its own write,
+`interval` seconds apart (0: as fast as it can, yielding to the other answers between deltas), ended
+with a finish reason and the usage; a chat that does not stream gets them in one reply once the
+deltas' time has passed. `fault` makes every chat fail instead:
 
 - `HANG`: it never answers, not even a status line;
 - `STALL`: the text, then nothing, the connection held open;
@@ -134,7 +135,7 @@ class StandInEngine:
 
     async def route(self, method: str, path: str, body: dict, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; False when the connection is to end with it."""
-        if path == "/v1/chat/completions" and body.get("stream"):
+        if path == "/v1/chat/completions":
             return await self.chat(body, writer)
         if path == "/tokenize":
             words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
@@ -175,15 +176,16 @@ class StandInEngine:
             self.reply(writer, self.fault.status, self.fault.body)
             await writer.drain()
             return True
+        answer = self.stream if body.get("stream") else self.whole
         if self.slots is None:
-            return await self.stream(body, writer)
+            return await answer(body, writer)
         self.waiting += 1
         try:
             await self.slots.acquire()
         finally:
             self.waiting -= 1
         try:
-            return await self.stream(body, writer)
+            return await answer(body, writer)
         finally:
             self.slots.release()
 
@@ -192,6 +194,21 @@ class StandInEngine:
         if not self.step_growth:
             return self.interval
         return self.interval * (1 + self.step_growth * (self.running - 1) / max(self.max_batch - 1, 1))
+
+    def deltas(self, body: dict) -> tuple[list[str], str]:
+        """The texts of a chat's deltas, and its finish reason."""
+        if self.text is None:
+            return [WORD] * int(body.get("max_tokens") or 16), "length"
+        size = self.chunk or max(len(self.text), 1)
+        return [self.text[i : i + size] for i in range(0, len(self.text), size)], "stop"
+
+    @staticmethod
+    def usage(deltas: list) -> dict:
+        return {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": len(deltas),
+            "total_tokens": PROMPT_TOKENS + len(deltas),
+        }
 
     async def stream(self, body: dict, writer: asyncio.StreamWriter) -> bool:
         base = {"id": "chatcmpl-stand-in", "object": "chat.completion.chunk", "created": int(time.time())}
@@ -202,13 +219,10 @@ class StandInEngine:
                 {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
             )
 
-        if self.text is None:
-            # One event, encoded once and sent `max_tokens` times: the benchmarks' CPU is the web tier's.
-            deltas, finish_reason = [delta(WORD)] * int(body.get("max_tokens") or 16), "length"
-        else:
-            size = self.chunk or max(len(self.text), 1)
-            deltas = [delta(self.text[i : i + size]) for i in range(0, len(self.text), size)]
-            finish_reason = "stop"
+        texts, finish_reason = self.deltas(body)
+        # One event a text, encoded once and sent as often as it comes: the benchmarks' CPU is the web tier's.
+        encoded = {text: delta(text) for text in set(texts)}
+        deltas = [encoded[text] for text in texts]
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
@@ -228,16 +242,36 @@ class StandInEngine:
             if isinstance(self.fault, ErrorEvent):
                 writer.write(_event(self.fault.body))
             else:
-                usage = {
-                    "prompt_tokens": PROMPT_TOKENS,
-                    "completion_tokens": len(deltas),
-                    "total_tokens": PROMPT_TOKENS + len(deltas),
-                }
                 finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
-                writer.write(_event(finish) + _event({**base, "choices": [], "usage": usage}))
+                writer.write(_event(finish) + _event({**base, "choices": [], "usage": self.usage(deltas)}))
         finally:
             self.running -= 1
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def whole(self, body: dict, writer: asyncio.StreamWriter) -> bool:
+        """A chat that does not stream: its answer in one reply, once its deltas' time has passed."""
+        texts, finish_reason = self.deltas(body)
+        self.running += 1
+        try:
+            for _ in texts:
+                self.tokens += 1
+                await asyncio.sleep(self.pace())
+        finally:
+            self.running -= 1
+        if self.fault == STALL:
+            await asyncio.Event().wait()
+        if self.fault == CUT:
+            return False
+        if isinstance(self.fault, ErrorEvent):
+            self.reply(writer, 500, self.fault.body)
+        else:
+            message = {"role": "assistant", "content": "".join(texts)}
+            choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+            reply = {"id": "chatcmpl-stand-in", "object": "chat.completion", "created": int(time.time())}
+            reply |= {"model": body.get("model", self.model), "choices": [choice], "usage": self.usage(texts)}
+            self.reply(writer, 200, reply)
         await writer.drain()
         return True
 

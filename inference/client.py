@@ -48,6 +48,10 @@ class ChatRequest:
     # The last message is a partial assistant answer to carry on, not a turn to answer (vLLM's
     # continue_final_message): an answer continued after its process died, or past its limit.
     continue_final_message: bool = False
+    # The answer in one reply, not streamed (a batch line: nobody reads it as it is made), which
+    # spares the engine an event per token: one TextDelta, then the Completion. No read timeout
+    # bounds the wait; the bulk task's time limit does.
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,14 +221,18 @@ class ChunkReader:
                 self.finish_reason = choice["finish_reason"]
 
     def completion(self) -> Completion:
-        usage = self.usage or {}
-        details = usage.get("prompt_tokens_details")
-        return Completion(
-            finish_reason=self.finish_reason,
-            prompt_tokens=usage.get("prompt_tokens"),
-            cached_tokens=(details.get("cached_tokens") or 0) if details else None,
-            completion_tokens=usage.get("completion_tokens"),
-        )
+        return _completion(self.finish_reason, self.usage or {})
+
+
+def _completion(finish_reason: str, usage: dict) -> Completion:
+    """The end of an answer from its finish reason and the engine's usage object."""
+    details = usage.get("prompt_tokens_details")
+    return Completion(
+        finish_reason=finish_reason,
+        prompt_tokens=usage.get("prompt_tokens"),
+        cached_tokens=(details.get("cached_tokens") or 0) if details else None,
+        completion_tokens=usage.get("completion_tokens"),
+    )
 
 
 # vLLM's API server closes a connection left idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and a
@@ -260,6 +268,7 @@ class OpenAIEngineClient:
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=token_timeout
         )
+        self._whole_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=None)
         # One session per event loop (its connections belong to that loop).
         self._sessions = PerLoop(self._new_session)
 
@@ -277,18 +286,22 @@ class OpenAIEngineClient:
             session = self._sessions()
         return session
 
-    async def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
+    def stream_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
+        return self._whole_chat(request) if request.whole else self._streamed_chat(request)
+
+    def _chat_body(self, request: ChatRequest) -> dict:
         body: dict = {
             **request.sampling,
             "model": request.model or self.model,
             "messages": list(request.messages),
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
-            "stream": True,
-            # Usage on every chunk: the first tells the prompt's size, whenever the answer ends.
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "stream": not request.whole,
             "priority": request.priority,
         }
+        if not request.whole:
+            # Usage on every chunk: the first tells the prompt's size, whenever the answer ends.
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         if request.cache_salt:
             body["cache_salt"] = request.cache_salt
         if request.min_tokens:
@@ -297,11 +310,48 @@ class OpenAIEngineClient:
         if request.continue_final_message:
             body["continue_final_message"] = True
             body["add_generation_prompt"] = False
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        return body
+
+    def _chat_headers(self, request: ChatRequest) -> dict[str, str]:
+        accept = "application/json" if request.whole else "text/event-stream"
+        headers = {"Content-Type": "application/json", "Accept": accept}
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
         if request.affinity:
             headers["X-Session-ID"] = request.affinity
+        return headers
+
+    async def _whole_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
+        url = self._base_url + "/v1/chat/completions"
+        body, headers = orjson.dumps(self._chat_body(request)), self._chat_headers(request)
+        try:
+            async with self._session().post(
+                url, data=body, headers=headers, timeout=self._whole_timeout
+            ) as response:
+                try:
+                    received = await response.read()
+                finally:
+                    if not response.content.at_eof():
+                        # Cancelled while reading: dropped, so vLLM aborts the request.
+                        response.close()
+                if response.status >= 400:
+                    raise _status_error(response.status, received)
+                reply = orjson.loads(received)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _engine_error(exc) from exc
+        except orjson.JSONDecodeError as exc:
+            raise EngineError(f"The engine sent a malformed reply: {exc}") from exc
+        try:
+            choice = reply["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise EngineError(f"The engine sent a malformed reply: {exc!r}") from exc
+        usage = reply.get("usage") or {}
+        yield TextDelta(text, prompt_tokens=usage.get("prompt_tokens"))
+        yield _completion(choice.get("finish_reason") or "stop", usage)
+
+    async def _streamed_chat(self, request: ChatRequest) -> AsyncIterator[TextDelta | Completion]:
+        body, headers = self._chat_body(request), self._chat_headers(request)
         reader = ChunkReader()
         url = self._base_url + "/v1/chat/completions"
         try:

@@ -1,16 +1,18 @@
-"""A runner's hold on the documents of a job: claim one, store its text and summary, fail or
-release it; a job's start and end as its runner sees them; a restarted worker's recovery.
+"""A runner's hold on the documents of a job: claim a group of them, store a PDF's text, record
+what each came to (its summary, a failed attempt, or given back), a group in one transaction; a
+job's start and end as its runner sees them; a restarted worker's recovery.
 
 Every state change of a document is conditional on the state it expects, so a stale
 worker (a redelivered task, a preempted request) cannot undo another's work; results are
 written once under the unique (job, document) key. The job runner and the tasks call these.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -63,13 +65,15 @@ def job_finish(*, job_id: int) -> str | None:
 
 
 @transaction.atomic
-def document_claim(*, job_id: int, worker: str) -> Claim | None:
-    """Take the next runnable document of an active job under a lease, counting an attempt.
+def documents_claim(*, job_id: int, worker: str, count: int) -> list[Claim]:
+    """Take up to `count` runnable documents of an active job under a lease, counting an attempt
+    of each, in one transaction.
 
     A document whose attempts are used up is marked failed with its last error instead."""
     now = timezone.now()
-    while True:
-        document = (
+    taken: list[Claim] = []
+    while len(taken) < count:
+        documents = list(
             Document.objects.select_for_update(skip_locked=True)
             .filter(job_id=job_id, job__status__in=Job.ACTIVE)
             .filter(
@@ -77,12 +81,12 @@ def document_claim(*, job_id: int, worker: str) -> Claim | None:
                 | Q(status=Document.Status.PENDING, available_at__lte=now)
                 | Q(status=Document.Status.RUNNING, lease_until__lt=now)
             )
-            .order_by("id")
-            .first()
+            .order_by("id")[: count - len(taken)]
         )
-        if document is None:
-            return None
-        if document.attempts >= settings.BULK_MAX_ATTEMPTS:
+        if not documents:
+            break
+        spent = [d for d in documents if d.attempts >= settings.BULK_MAX_ATTEMPTS]
+        for document in spent:
             document.status = Document.Status.FAILED
             document.error = document.error or "The worker stopped while summarizing it, too many times."
             document.error = f"Failed after {document.attempts} attempts. {document.error}"
@@ -90,16 +94,25 @@ def document_claim(*, job_id: int, worker: str) -> Claim | None:
             document.claimed_by = ""
             document.lease_until = None
             document.save(update_fields=["status", "error", "finished_at", "claimed_by", "lease_until"])
-            continue
-        document.status = Document.Status.RUNNING
-        document.attempts += 1
-        document.claimed_by = worker
-        document.lease_until = now + timedelta(seconds=settings.BULK_TASK_TIME_LIMIT)
-        document.save(update_fields=["status", "attempts", "claimed_by", "lease_until"])
-        source = bytes(document.source) if document.source is not None else None
-        return Claim(
-            document.pk, document.external_id, document.text, source, document.format, document.attempts
+        runnable = [d for d in documents if d.attempts < settings.BULK_MAX_ATTEMPTS]
+        Document.objects.filter(pk__in=[d.pk for d in runnable]).update(
+            status=Document.Status.RUNNING,
+            attempts=F("attempts") + 1,
+            claimed_by=worker,
+            lease_until=now + timedelta(seconds=settings.BULK_TASK_TIME_LIMIT),
         )
+        taken += [
+            Claim(
+                d.pk,
+                d.external_id,
+                d.text,
+                bytes(d.source) if d.source is not None else None,
+                d.format,
+                d.attempts + 1,
+            )
+            for d in runnable
+        ]
+    return taken
 
 
 def document_set_text(*, document_id: int, text: str) -> None:
@@ -107,45 +120,101 @@ def document_set_text(*, document_id: int, text: str) -> None:
     Document.objects.filter(pk=document_id).update(text=text, source=None)
 
 
+@dataclass(frozen=True)
+class Done:
+    """A claimed document answered: its figures, and how long its run took."""
+
+    document_id: int
+    summary: Summary
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A claimed document's attempt failed (document_fail)."""
+
+    document_id: int
+    error: str
+    retryable: bool
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Released:
+    """A claimed document given back unrun (document_release)."""
+
+    document_id: int
+
+
+Outcome = Done | Failed | Released
+
+
 @transaction.atomic
-def document_complete(*, document_id: int, summary: Summary, duration_ms: float) -> bool:
-    """Store the document's one result; False when it already had one (a duplicate delivery)."""
-    document = Document.objects.select_for_update().get(pk=document_id)
-    try:
-        with transaction.atomic():
-            Result.objects.create(
-                job_id=document.job_id,
-                document=document,
-                summary=summary.text,
-                finish_reason=summary.finish_reason,
-                engine_calls=summary.engine_calls,
-                chunks=summary.chunks,
-                document_tokens=summary.document_tokens,
-                prompt_tokens=summary.prompt_tokens,
-                cached_tokens=summary.cached_tokens,
-                completion_tokens=summary.completion_tokens,
-                duration_ms=duration_ms,
-                body=summary.body,
+def documents_record(*, worker: str, outcomes: Sequence[Outcome]) -> int:
+    """Write what a runner's claimed documents came to, in one transaction: each answered one's one
+    result and its owner's usage, failed attempts, documents given back. Returns the results
+    written: an answered document that already had one (a duplicate delivery) gets none and bills
+    nothing."""
+    done = {o.document_id: o for o in outcomes if isinstance(o, Done)}
+    created = _documents_complete(done) if done else 0
+    for outcome in outcomes:
+        if isinstance(outcome, Failed):
+            document_fail(
+                document_id=outcome.document_id,
+                worker=worker,
+                error=outcome.error,
+                retryable=outcome.retryable,
+                code=outcome.code,
             )
-    except IntegrityError:
-        created = False
-    else:
-        created = True
-        usage_record(
-            user_id=Job.objects.values_list("owner_id", flat=True).get(pk=document.job_id),
-            source=UsageDay.Source.BULK,
-            prompt_tokens=summary.prompt_tokens,
-            cached_tokens=summary.cached_tokens,
-            completion_tokens=summary.completion_tokens,
-            requests=summary.engine_calls,
-        )
-    document.status = Document.Status.DONE
-    document.error = ""
-    document.claimed_by = ""
-    document.lease_until = None
-    document.finished_at = timezone.now()
-    document.save(update_fields=["status", "error", "claimed_by", "lease_until", "finished_at"])
+    released = [o.document_id for o in outcomes if isinstance(o, Released)]
+    if released:
+        Document.objects.filter(
+            pk__in=released, status=Document.Status.RUNNING, claimed_by=worker, attempts__gt=0
+        ).update(status=Document.Status.PENDING, attempts=F("attempts") - 1, claimed_by="", lease_until=None)
     return created
+
+
+def _documents_complete(done: dict[int, Done]) -> int:
+    # Locked first, so a stale runner recording the same documents waits here and then sees the results.
+    rows = list(
+        Document.objects.select_for_update().filter(pk__in=done).order_by("pk").values_list("pk", "job_id")
+    )
+    existing = set(Result.objects.filter(document_id__in=done).values_list("document_id", flat=True))
+    new = [(pk, job_id, done[pk]) for pk, job_id in rows if pk not in existing]
+    Result.objects.bulk_create(
+        Result(
+            job_id=job_id,
+            document_id=pk,
+            summary=d.summary.text,
+            finish_reason=d.summary.finish_reason,
+            engine_calls=d.summary.engine_calls,
+            chunks=d.summary.chunks,
+            document_tokens=d.summary.document_tokens,
+            prompt_tokens=d.summary.prompt_tokens,
+            cached_tokens=d.summary.cached_tokens,
+            completion_tokens=d.summary.completion_tokens,
+            duration_ms=d.duration_ms,
+            body=d.summary.body,
+        )
+        for pk, job_id, d in new
+    )
+    owners = dict(Job.objects.filter(pk__in={job_id for _, job_id, _ in new}).values_list("pk", "owner_id"))
+    billed: dict[int, list[Summary]] = {}
+    for _, job_id, d in new:
+        billed.setdefault(owners[job_id], []).append(d.summary)
+    for owner_id, summaries in billed.items():
+        usage_record(
+            user_id=owner_id,
+            source=UsageDay.Source.BULK,
+            prompt_tokens=sum(s.prompt_tokens for s in summaries),
+            cached_tokens=sum(s.cached_tokens for s in summaries),
+            completion_tokens=sum(s.completion_tokens for s in summaries),
+            requests=sum(s.engine_calls for s in summaries),
+        )
+    Document.objects.filter(pk__in=done).update(
+        status=Document.Status.DONE, error="", claimed_by="", lease_until=None, finished_at=timezone.now()
+    )
+    return len(new)
 
 
 def document_fail(*, document_id: int, worker: str, error: str, retryable: bool, code: str = "") -> None:
@@ -171,13 +240,6 @@ def document_fail(*, document_id: int, worker: str, error: str, retryable: bool,
         lease_until=None,
         finished_at=now,
     )
-
-
-def document_release(*, document_id: int, worker: str) -> None:
-    """Give a document back without using up an attempt (preempted, or the job was cancelled)."""
-    Document.objects.filter(
-        pk=document_id, status=Document.Status.RUNNING, claimed_by=worker, attempts__gt=0
-    ).update(status=Document.Status.PENDING, attempts=F("attempts") - 1, claimed_by="", lease_until=None)
 
 
 def worker_recover(*, hostname: str, boot: str) -> list[int]:

@@ -12,6 +12,7 @@ map-reduce summarizing in jobs.summarize."""
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -20,6 +21,7 @@ import uuid
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -123,11 +125,15 @@ class JobRunner:
             context_window=settings.INFERENCE_MAX_MODEL_LEN,
             cache_salt=cache_salt_for_owner(job.owner_id),
         )
-        # A job of another kind runs its lines with that kind's code (jobs.kinds).
-        self._lines = None if job.kind == Job.SUMMARY else kinds.KINDS[job.kind].lines(job.owner_id, engine)
+        # A job of another kind checks and runs its lines with that kind's code (jobs.kinds).
+        kind = None if job.kind == Job.SUMMARY else kinds.KINDS[job.kind]
+        self._lines = kind.lines(job.owner_id, engine) if kind else None
+        self._admit = functools.partial(kind.admit, job.owner_id) if kind else None
         # Started tasks in start order, so preemption takes the newest.
         self._inflight: dict[asyncio.Task, claims.Claim] = {}
         self._preempted: set[asyncio.Task] = set()
+        # What ended lines came to, written with the next round (claims.documents_record).
+        self._outcomes: list[claims.Outcome] = []
         self.peak_inflight = 0
         self._engine_back_at = -float("inf")
 
@@ -140,51 +146,52 @@ class JobRunner:
 
     async def _loop(self) -> str:
         loop = asyncio.get_running_loop()
-        checked_at = -float("inf")
+        checked_at = shaped_at = -float("inf")
         redis_away = False
+        limit = 0
         while True:
+            # Redis (the lock and the load signals) is read once per interval, not at every line's end.
+            if loop.time() - shaped_at >= self._interval:
+                shaped_at = loop.time()
+                try:
+                    held = await self._lock.refresh()
+                    signal = await self._probe.read(len(self._inflight))
+                except RedisError as exc:
+                    # Redis away (restarting): the lines in flight go on and are written to the
+                    # database; nothing more is claimed, and the run does not end, until it answers.
+                    if not redis_away:
+                        log.warning("job %s: Redis unreachable (%r); claiming nothing", self.job_id, exc)
+                    redis_away, limit = True, 0
+                else:
+                    if redis_away:
+                        log.info("job %s: Redis answers again; claiming again", self.job_id)
+                        redis_away = False
+                    if not held:
+                        return "elsewhere"
+                    limit = self.shaper.update(signal)
+                if self._preempt and self.shaper.chat_busy:
+                    self._preempt_above(limit)
+            allowed = 0 if loop.time() < self._engine_back_at else limit  # paused until the engine is back
+            out_of_time = loop.time() >= self._deadline
+            want = 0 if out_of_time else max(0, allowed - len(self._inflight))
             # A cancel is seen within a second; the database is not asked every tick.
-            if loop.time() - checked_at >= STATUS_EVERY:
+            check = loop.time() - checked_at >= STATUS_EVERY
+            if check:
                 checked_at = loop.time()
-                status = await database_sync_to_async(selectors.job_status)(job_id=self.job_id)
+            if self._outcomes or want or check:
+                status, claimed = await self._round(want=want, check=check)
                 if status not in Job.ACTIVE:
                     return "cancelled"
-            try:
-                held = await self._lock.refresh()
-                signal = await self._probe.read(len(self._inflight))
-            except RedisError as exc:
-                # Redis away (restarting): the lines in flight go on and are written to the
-                # database; nothing more is claimed, and the run does not end, until it answers.
-                if not redis_away:
-                    log.warning("job %s: Redis unreachable (%r); claiming nothing", self.job_id, exc)
-                redis_away, limit = True, 0
-            else:
-                if redis_away:
-                    log.info("job %s: Redis answers again; claiming again", self.job_id)
-                    redis_away = False
-                if not held:
-                    return "elsewhere"
-                limit = self.shaper.update(signal)
-            if loop.time() < self._engine_back_at:
-                limit = 0  # paused until the engine is back
-            if self._preempt and self.shaper.chat_busy:
-                self._preempt_above(limit)
-            out_of_time = loop.time() >= self._deadline
-            while not out_of_time and len(self._inflight) < limit:
-                claim = await database_sync_to_async(claims.document_claim)(
-                    job_id=self.job_id, worker=self.worker
-                )
-                if claim is None:
-                    break
-                task = asyncio.create_task(
-                    self._process(claim), name=f"job-{self.job_id}-doc-{claim.document_id}"
-                )
-                self._inflight[task] = claim
+                for claim, admitted in claimed:
+                    task = asyncio.create_task(
+                        self._process(claim, admitted), name=f"job-{self.job_id}-doc-{claim.document_id}"
+                    )
+                    self._inflight[task] = claim
             self.peak_inflight = max(self.peak_inflight, len(self._inflight))
-            if not self._inflight:
+            if not self._inflight and not self._outcomes:
                 if out_of_time and not redis_away:  # the continuation is queued through Redis
                     return "continue"
-                if limit == 0:  # paused while chat is active, the engine is down, or Redis is away
+                if allowed == 0:  # paused while chat is active, the engine is down, or Redis is away
                     await asyncio.sleep(self._interval)
                     continue
                 if await database_sync_to_async(selectors.job_status)(job_id=self.job_id) not in Job.ACTIVE:
@@ -195,16 +202,69 @@ class JobRunner:
                     await asyncio.sleep(min(max(wait, self._interval), 5.0))
                     continue
                 return "elsewhere" if backlog.held_elsewhere else "finished"
-            done, _ = await asyncio.wait(
-                self._inflight, timeout=self._interval, return_when="FIRST_COMPLETED"
-            )
-            for task in done:
-                claim = self._inflight.pop(task)
-                self._preempted.discard(task)
-                if not task.cancelled() and task.exception() is not None:
-                    # Recording the outcome itself failed (the database went away): the lease
-                    # expires and the document runs again.
-                    log.error("document %s: %r", claim.document_id, task.exception())
+            if self._inflight:
+                done, _ = await asyncio.wait(
+                    self._inflight, timeout=self._interval, return_when="FIRST_COMPLETED"
+                )
+                self._collect(done)
+
+    async def _round(self, *, want: int, check: bool) -> tuple[str | None, list[tuple[claims.Claim, object]]]:
+        """One trip to the database: the outcomes so far written, the job's status read (`check`),
+        and up to `want` more lines claimed and admitted. A database that fails it keeps the
+        outcomes for the next round."""
+        outcomes = self._outcomes
+        self._outcomes = []
+        try:
+            return await database_sync_to_async(self._round_sync)(outcomes, want, check)
+        except DatabaseError as exc:
+            log.warning("job %s: the database failed a round (%r); trying again", self.job_id, exc)
+            self._outcomes = outcomes + self._outcomes
+            await asyncio.sleep(self._interval)
+            return Job.Status.RUNNING, []
+
+    def _round_sync(
+        self, outcomes: list[claims.Outcome], want: int, check: bool
+    ) -> tuple[str | None, list[tuple[claims.Claim, object]]]:
+        if outcomes:
+            claims.documents_record(worker=self.worker, outcomes=outcomes)
+        status = selectors.job_status(job_id=self.job_id) if check else Job.Status.RUNNING
+        if status not in Job.ACTIVE or not want:
+            return status, []
+        claimed = claims.documents_claim(job_id=self.job_id, worker=self.worker, count=want)
+        if self._admit is None or not claimed:
+            return status, [(claim, None) for claim in claimed]
+        try:
+            admitted = self._admit(claimed)
+        except Exception as exc:
+            log.exception("job %s: admitting %s lines failed", self.job_id, len(claimed))
+            error = f"internal_error: {exc.__class__.__name__}"
+            failed = [claims.Failed(c.document_id, error, retryable=True) for c in claimed]
+            claims.documents_record(worker=self.worker, outcomes=failed)
+            return status, []
+        refused = {
+            claim.document_id: self._fail(claim, verdict.message, retryable=False, code=verdict.code)
+            for claim in claimed
+            if isinstance(verdict := admitted[claim.document_id], kinds.LineRefused)
+        }
+        if refused:
+            claims.documents_record(worker=self.worker, outcomes=list(refused.values()))
+        return status, [(c, admitted[c.document_id]) for c in claimed if c.document_id not in refused]
+
+    def _collect(self, done: set[asyncio.Task]) -> None:
+        """Keep what ended tasks came to: a task cancelled (preempted, a cancelled job, the run
+        ending) gives its line back without using its attempt."""
+        for task in done:
+            claim = self._inflight.pop(task)
+            self._preempted.discard(task)
+            if task.cancelled():
+                self._outcomes.append(claims.Released(claim.document_id))
+            elif task.exception() is not None:
+                exc = task.exception()
+                log.error("document %s of job %s failed", claim.document_id, self.job_id, exc_info=exc)
+                error = f"internal_error: {exc.__class__.__name__}"
+                self._outcomes.append(claims.Failed(claim.document_id, error, retryable=True))
+            else:
+                self._outcomes.append(task.result())
 
     def _preempt_above(self, limit: int) -> None:
         running = [t for t in self._inflight if t not in self._preempted]
@@ -213,44 +273,40 @@ class JobRunner:
             task.cancel()
 
     async def _stop_all(self) -> None:
-        for task in self._inflight:
+        """Cancel the lines in flight and write what every line came to."""
+        tasks = list(self._inflight)
+        for task in tasks:
             task.cancel()
-        if self._inflight:
-            await asyncio.gather(*self._inflight, return_exceptions=True)
-        self._inflight.clear()
+        if tasks:
+            await asyncio.wait(tasks)
+            self._collect(set(tasks))
+        if self._outcomes:
+            record = database_sync_to_async(claims.documents_record)
+            try:
+                await record(worker=self.worker, outcomes=self._outcomes)
+            except DatabaseError as exc:
+                # Their leases expire and the lines run again; none was billed.
+                log.error("job %s: %s outcomes not written (%r)", self.job_id, len(self._outcomes), exc)
+            self._outcomes = []
 
-    async def _process(self, claim: claims.Claim) -> None:
+    async def _process(self, claim: claims.Claim, admitted: object) -> claims.Outcome:
         started = time.monotonic()
         try:
-            summary = await (self._lines(claim) if self._lines else self._summary(claim))
-        except asyncio.CancelledError:
-            # Preempted, cancelled job, or the run is ending: the attempt does not count.
-            await database_sync_to_async(claims.document_release)(
-                document_id=claim.document_id, worker=self.worker
-            )
-            raise
+            summary = await (self._lines(claim, admitted) if self._lines else self._summary(claim))
         except DocumentError as exc:
-            await self._fail(claim, str(exc), retryable=False)
+            return self._fail(claim, str(exc), retryable=False)
         except kinds.LineRefused as exc:
-            await self._fail(claim, exc.message, retryable=False, code=exc.code)
+            return self._fail(claim, exc.message, retryable=False, code=exc.code)
         except EngineError as exc:
             if exc.code == ENGINE_DOWN:
-                await self._wait_for_engine(claim, exc)
-            else:
-                await self._fail(
-                    claim,
-                    f"{exc.code}: {exc.detail}",
-                    retryable=exc.code not in PERMANENT_CODES,
-                    code=exc.code,
-                )
+                return self._wait_for_engine(claim, exc)
+            return self._fail(
+                claim, f"{exc.code}: {exc.detail}", retryable=exc.code not in PERMANENT_CODES, code=exc.code
+            )
         except Exception as exc:
             log.exception("document %s of job %s failed", claim.document_id, self.job_id)
-            await self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
-        else:
-            duration_ms = round((time.monotonic() - started) * 1000, 1)
-            await database_sync_to_async(claims.document_complete)(
-                document_id=claim.document_id, summary=summary, duration_ms=duration_ms
-            )
+            return self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
+        return claims.Done(claim.document_id, summary, round((time.monotonic() - started) * 1000, 1))
 
     async def _summary(self, claim: claims.Claim) -> Summary:
         text = claim.text
@@ -261,7 +317,7 @@ class JobRunner:
             text, request_id=f"job-{self.job_id}-doc-{claim.document_id}-a{claim.attempt}"
         )
 
-    async def _wait_for_engine(self, claim: claims.Claim, exc: EngineError) -> None:
+    def _wait_for_engine(self, claim: claims.Claim, exc: EngineError) -> claims.Released:
         """The engine is down or restarting: the document goes back without using an attempt,
         and the run claims nothing until the engine's retry-after has passed. A restart that
         takes minutes pauses the job for minutes; it loses no document."""
@@ -273,15 +329,11 @@ class JobRunner:
             self.job_id,
             retry_after,
         )
-        await database_sync_to_async(claims.document_release)(
-            document_id=claim.document_id, worker=self.worker
-        )
+        return claims.Released(claim.document_id)
 
-    async def _fail(self, claim: claims.Claim, error: str, *, retryable: bool, code: str = "") -> None:
+    def _fail(self, claim: claims.Claim, error: str, *, retryable: bool, code: str = "") -> claims.Failed:
         log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)
-        await database_sync_to_async(claims.document_fail)(
-            document_id=claim.document_id, worker=self.worker, error=error, retryable=retryable, code=code
-        )
+        return claims.Failed(claim.document_id, error, retryable=retryable, code=code)
 
 
 def local_worker_id() -> str:

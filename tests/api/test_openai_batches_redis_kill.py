@@ -31,12 +31,12 @@ def log_since(worker: CeleryWorker, offset: int) -> str:
 
 def test_every_line_runs_and_is_billed_once_when_redis_is_killed_midway(engine_url, tmp_path):
     port = free_port()
-    own = {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "BULK_RETRY_DELAY": "1"}
+    own = {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "BULK_RETRY_DELAY": "1", "BATCH_CONCURRENCY": "4"}
     worker = CeleryWorker(engine_url, **own)
     with redis_with_its_file(port, tmp_path) as first, running_daphne(engine_url, **own) as web:
         api, person = batch_client(web.url, "redis-kill")
-        # 16 lines of 64 tokens: far from done when the first lines are, and at most BULK_CONCURRENCY
-        # (8) in flight finish while Redis is away, since none is claimed then.
+        # 16 lines of 64 tokens, 4 in flight (BATCH_CONCURRENCY): far from done when the first lines
+        # are, and at most those 4 finish while Redis is away, since none is claimed then.
         batch = started(api, input_file(api, LINES, tokens=TOKENS))
         job_id = Batch.objects.get(batch_id=batch.id).job_id
         finished = Document.objects.filter(job_id=job_id, status=Document.Status.DONE).count

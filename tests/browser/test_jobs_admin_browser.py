@@ -25,7 +25,9 @@ def test_it_updates_progress_on_the_job_list_without_a_reload(page, live_server)
     counts = page.locator(f'[data-job-progress="{job.pk}"] [data-field="counts"]')
     expect(counts).to_have_text("0 done, 0 failed of 4")
     first, second, *_ = job.documents.order_by("id")
-    claims.document_complete(document_id=first.pk, summary=Summary(text="S.", engine_calls=1), duration_ms=1)
+    claims.documents_record(
+        worker="w", outcomes=[claims.Done(first.pk, Summary(text="S.", engine_calls=1), 1)]
+    )
     Document.objects.filter(pk=second.pk).update(status="failed", error="x")
     expect(counts).to_have_text("1 done, 1 failed of 4", timeout=10_000)
     assert page.locator(f'[data-job-progress="{job.pk}"] progress').get_attribute("value") == "2"
@@ -62,18 +64,23 @@ def test_it_updates_a_job_page_live_status_times_documents_and_actions(page, liv
     expect(action("retry")).to_be_disabled()
 
     claims.job_mark_running(job_id=job.pk)
-    claims.document_claim(job_id=job.pk, worker="w")
+    claims.documents_claim(job_id=job.pk, worker="w", count=1)
     expect(job_field("status")).to_have_text("Running", timeout=10_000)
     expect(job_field("started_at")).not_to_have_text("–")
     expect(cell(first, "status")).to_have_text("Running", timeout=10_000)
     expect(cell(first, "attempts")).to_have_text("1")
 
-    claims.document_complete(
-        document_id=first.pk,
-        summary=Summary(text="First summary.", engine_calls=1, prompt_tokens=40, cached_tokens=32),
-        duration_ms=1,
+    claims.documents_record(
+        worker="w",
+        outcomes=[
+            claims.Done(
+                first.pk,
+                Summary(text="First summary.", engine_calls=1, prompt_tokens=40, cached_tokens=32),
+                1,
+            )
+        ],
     )
-    claims.document_claim(job_id=job.pk, worker="w")
+    claims.documents_claim(job_id=job.pk, worker="w", count=1)
     claims.document_fail(document_id=second.pk, worker="w", error="Unreadable.", retryable=False)
     expect(cell(first, "status")).to_have_text("Done", timeout=10_000)
     expect(cell(first, "summary")).to_have_text("First summary.")
@@ -83,9 +90,9 @@ def test_it_updates_a_job_page_live_status_times_documents_and_actions(page, liv
     expect(action("retry")).to_be_enabled()
     expect(job_field("cache")).to_have_text("80.0% of 40 prompt tokens served from the prefix cache")
 
-    claims.document_claim(job_id=job.pk, worker="w")
-    claims.document_complete(
-        document_id=third.pk, summary=Summary(text="Third.", engine_calls=1), duration_ms=1
+    claims.documents_claim(job_id=job.pk, worker="w", count=1)
+    claims.documents_record(
+        worker="w", outcomes=[claims.Done(third.pk, Summary(text="Third.", engine_calls=1), 1)]
     )
     assert claims.job_finish(job_id=job.pk) == Job.Status.PARTIAL
     expect(job_field("status")).to_have_text("Partial", timeout=10_000)

@@ -94,9 +94,9 @@ def test_it_counts_a_bulk_document_for_the_jobs_owner(alice):
         cached_tokens=120,
         completion_tokens=40,
     )
-    assert claims.document_complete(document_id=document.pk, summary=summary, duration_ms=1.0)
+    assert claims.documents_record(worker="w", outcomes=[claims.Done(document.pk, summary, 1.0)]) == 1
     # A duplicate delivery of the same result is not counted twice.
-    assert not claims.document_complete(document_id=document.pk, summary=summary, duration_ms=1.0)
+    assert claims.documents_record(worker="w", outcomes=[claims.Done(document.pk, summary, 1.0)]) == 0
     assert rows(alice) == {"bulk": (3, 300, 120, 40)}
 
 

@@ -5,6 +5,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import pytest
 
@@ -76,6 +77,19 @@ async def test_it_never_sends_a_request_on_a_connection_the_engine_may_be_closin
     assert engine.connections == 2
 
 
+async def test_it_asks_for_a_whole_answer_in_one_reply_where_nobody_reads_it_as_it_is_made():
+    engine = StandInEngine(text="hello there", chunk=3, record=True)
+    async with client_of(engine) as client:
+        events = [event async for event in client.stream_chat(replace(HI, whole=True))]
+    [(headers, body)] = engine.requests
+    assert body["stream"] is False and "stream_options" not in body
+    assert headers["accept"] == "application/json"
+    assert events == [
+        TextDelta("hello there", prompt_tokens=16),
+        Completion("stop", prompt_tokens=16, completion_tokens=4),
+    ]
+
+
 def chunk(content: str | None = None, finish: str | None = None) -> bytes:
     delta = {"content": content} if content is not None else {}
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
@@ -128,6 +142,22 @@ async def test_it_maps_the_engines_failures_to_stable_codes(engine, code, detail
     async with client_of(engine) as client:
         with pytest.raises(EngineError) as failure:
             [event async for event in client.stream_chat(HI)]
+    assert failure.value.code == code and detail in failure.value.detail
+
+
+@pytest.mark.parametrize(
+    ("engine", "code", "detail"),
+    [
+        (StandInEngine(fault=Refusal(400, {"error": {"message": "long"}})), "engine_rejected", "long"),
+        (StandInEngine(text="a", fault=ErrorEvent({"error": {"message": "oops"}})), "engine_error", "oops"),
+        (StandInEngine(text="a", fault=CUT), "engine_unavailable", "not reachable"),
+    ],
+    ids=["400", "500", "cut-short"],
+)
+async def test_it_maps_the_engines_failures_of_a_whole_answer_to_the_same_codes(engine, code, detail):
+    async with client_of(engine) as client:
+        with pytest.raises(EngineError) as failure:
+            [event async for event in client.stream_chat(replace(HI, whole=True))]
     assert failure.value.code == code and detail in failure.value.detail
 
 

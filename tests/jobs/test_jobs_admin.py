@@ -36,13 +36,8 @@ def finished_job(owner) -> Job:
         start=False,
     )
     first, second = job.documents.order_by("id")
-    claims.document_complete(
-        document_id=first.pk,
-        summary=Summary(
-            text=HOSTILE, finish_reason="stop", engine_calls=1, prompt_tokens=50, cached_tokens=32
-        ),
-        duration_ms=5,
-    )
+    summary = Summary(text=HOSTILE, finish_reason="stop", engine_calls=1, prompt_tokens=50, cached_tokens=32)
+    claims.documents_record(worker="w", outcomes=[claims.Done(first.pk, summary, 5)])
     Document.objects.filter(pk=second.pk).update(status="failed", error=HOSTILE)
     return job
 

@@ -129,18 +129,9 @@ def test_it_hides_other_users_jobs(client, staff):
 def test_it_streams_results_in_the_openai_batch_shape(client, staff):
     job = services.job_create(owner=staff, documents=_inputs(3), start=False)
     first, second, third = job.documents.order_by("id")
-    claims.document_complete(
-        document_id=first.pk,
-        summary=Summary(
-            text="A <b>summary</b>.",
-            finish_reason="stop",
-            engine_calls=1,
-            prompt_tokens=90,
-            cached_tokens=64,
-            completion_tokens=5,
-        ),  # fmt: skip
-        duration_ms=10,
-    )
+    figures = {"engine_calls": 1, "prompt_tokens": 90, "cached_tokens": 64, "completion_tokens": 5}
+    summary = Summary(text="A <b>summary</b>.", finish_reason="stop", **figures)
+    claims.documents_record(worker="w", outcomes=[claims.Done(first.pk, summary, 10)])
     Document.objects.filter(pk=second.pk).update(status="failed", error="engine_error: boom")
     response = client.get(f"/api/jobs/{job.pk}/results", headers=bearer(staff, "jobs.submit"))
     assert response["Content-Type"] == "application/x-ndjson"

@@ -25,11 +25,11 @@ def make(clock) -> Shaper:
     return Shaper(maximum=8, minimum=1, while_chat=1, quiet_seconds=3.0, clock=clock)
 
 
-def test_it_starts_at_the_minimum_and_grows_by_one_per_quiet_tick_up_to_the_maximum():
+def test_it_starts_at_the_minimum_and_doubles_per_quiet_tick_up_to_the_maximum():
     clock = Clock()
     shaper = make(clock)
-    limits = [shaper.update(quiet()) for _ in range(10)]
-    assert limits == [2, 3, 4, 5, 6, 7, 8, 8, 8, 8]
+    limits = [shaper.update(quiet()) for _ in range(5)]
+    assert limits == [2, 4, 8, 8, 8]
 
 
 def test_it_drops_to_the_chat_level_at_once_when_chat_is_active_and_waits_for_quiet():
@@ -48,10 +48,10 @@ def test_it_drops_to_the_chat_level_at_once_when_chat_is_active_and_waits_for_qu
 def test_it_treats_requests_it_did_not_send_as_chat_only_when_seen_twice():
     clock = Clock()
     shaper = make(clock)
-    for _ in range(5):
+    for _ in range(2):
         shaper.update(quiet(4))
     foreign = Signal(chat_active=0, running=5, waiting=0, bulk_inflight=4)
-    assert shaper.update(foreign) == 6 and not shaper.chat_busy  # one sample may be metrics lag: hold
+    assert shaper.update(foreign) == 4 and not shaper.chat_busy  # one sample may be metrics lag: hold
     assert shaper.update(foreign) == 1 and shaper.chat_busy
 
 
@@ -104,11 +104,11 @@ async def test_it_reads_the_chat_count_as_a_counter_or_a_lease_set(value, expect
 def test_it_counts_foreign_requests_and_queueing_only_on_fresh_engine_figures():
     clock = Clock()
     shaper = make(clock)
-    for _ in range(5):
+    for _ in range(2):
         shaper.update(quiet(4))
     foreign = Signal(chat_active=0, running=5, waiting=0, bulk_inflight=4)
     stale = Signal(chat_active=0, running=5, waiting=0, bulk_inflight=4, fresh=False)
-    assert shaper.update(foreign) == 6
-    assert shaper.update(stale) == 6 and not shaper.chat_busy
+    assert shaper.update(foreign) == 4
+    assert shaper.update(stale) == 4 and not shaper.chat_busy
     queued = Signal(chat_active=0, running=6, waiting=2, bulk_inflight=8, fresh=False)
-    assert shaper.update(queued) == 6, "an old queue reading is not acted on again"
+    assert shaper.update(queued) == 4, "an old queue reading is not acted on again"
