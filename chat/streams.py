@@ -26,7 +26,7 @@ from chat import stream_reads
 from chat.protocol import TERMINAL
 from chat.stream_reads import Frame
 from eventloops import PerLoop
-from redisconn import keys
+from redisconn import keys, packed
 
 
 async def request_stop(r: aioredis.Redis, message_id: int) -> None:
@@ -120,12 +120,8 @@ class _FrameWriter:
         """Make the connection again if it broke (Redis closed it, or a write failed on it), so that
         the count of makings is current before the writes choose their way."""
         link = self._link
-        if link.is_connected:
-            try:
-                if await link.can_read_destructive():  # nothing is due on it: it is broken
-                    raise RedisError("unexpected data on the frame writer's connection")
-            except (RedisError, OSError):
-                await link.disconnect()
+        if link.is_connected and packed.broken(link):
+            await link.disconnect()
         await link.connect()
 
     async def _flush(self) -> None:
