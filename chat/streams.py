@@ -67,6 +67,13 @@ async def open_stream(r: aioredis.Redis, message_id: int, *, user_id: int, lease
 
 Written = Callable[[int], None]
 
+# How long the frames of several answers gather before one command carries them. The engine sends
+# the tokens of all its running answers at every step, but they reach this process over a millisecond
+# or so, a few at a time; a write to Redis costs mostly its send, whatever it carries. Each frame is
+# shown that much later, the gaps between an answer's tokens stay as they were; a lone answer's
+# frames do not wait.
+GATHER_SECONDS = 0.002
+
 
 async def publish(
     r: aioredis.Redis, owner: Claim, position: int, frame: dict, written: Written | None = None
@@ -126,6 +133,8 @@ class _FrameWriter:
 
     async def _flush(self) -> None:
         while self._waiting:
+            if len(self._continued) > 1:  # other answers are writing: their frames may come with these
+                await asyncio.sleep(GATHER_SECONDS)
             batch, self._waiting = self._waiting, []
             connection = -1
             try:
