@@ -6,6 +6,8 @@ below and never touch a metric object, so names and buckets live in one place. a
 this module at start, so /metrics (monitoring) shows them before any answer ran (docs/monitoring.md).
 """
 
+from bisect import bisect_left
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # Seconds. Dense below one second, where chat latency lives on any host.
@@ -72,24 +74,56 @@ def first_token(seconds: float) -> None:
     STREAMED_TOKENS.inc()
 
 
-def token_gap(seconds: float) -> None:
-    TIME_BETWEEN_TOKENS.observe(seconds)
-    STREAMED_TOKENS.inc()
+# The histogram's bounds, +Inf last, as prometheus_client keeps them.
+_GAP_BOUNDS = TIME_BETWEEN_TOKENS._upper_bounds
+# How long an answer's token gaps and count may wait in its TokenClock before /metrics shows them.
+FLUSH_SECONDS = 1.0
 
 
 class TokenClock:
-    """Times one answer's tokens: the first against the start, the others against the previous one."""
+    """Times one answer's tokens: the first against the start, the others against the previous one.
+
+    The first is observed at once. The gaps after it are counted here, by bucket, and added to the
+    histogram and the token counter together at most every FLUSH_SECONDS and at `flush()` (the
+    stream's end): the same figures as one observation a token, without a lock, and in multiprocess
+    mode a write to the shared file, for each token."""
 
     def __init__(self, started: float) -> None:
         self._started = started
         self._previous: float | None = None
+        self._counts = [0] * len(_GAP_BOUNDS)
+        self._gaps = 0
+        self._sum = 0.0
+        self._flush_at = 0.0
 
     def tick(self, now: float) -> None:
-        if self._previous is None:
+        previous, self._previous = self._previous, now
+        if previous is None:
             first_token(now - self._started)
-        else:
-            token_gap(now - self._previous)
-        self._previous = now
+            self._flush_at = now + FLUSH_SECONDS
+            return
+        gap = now - previous
+        self._counts[bisect_left(_GAP_BOUNDS, gap)] += 1
+        self._gaps += 1
+        self._sum += gap
+        if now >= self._flush_at:
+            self.flush()
+            self._flush_at = now + FLUSH_SECONDS
+
+    def flush(self) -> None:
+        """Add the gaps counted since the last flush to the metrics."""
+        if not self._gaps:
+            return
+        # Histogram.observe adds one observation; these are the same additions, many at once: the
+        # bucket an observation falls in (the first whose bound is at least the gap) and the sum.
+        for bucket, count in zip(TIME_BETWEEN_TOKENS._buckets, self._counts, strict=True):
+            if count:
+                bucket.inc(count)
+        TIME_BETWEEN_TOKENS._sum.inc(self._sum)
+        STREAMED_TOKENS.inc(self._gaps)
+        self._counts = [0] * len(_GAP_BOUNDS)
+        self._gaps = 0
+        self._sum = 0.0
 
 
 def generation_finished(

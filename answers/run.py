@@ -241,25 +241,28 @@ class AnswerRun:
         clock = metrics.TokenClock(self._started)
         # aclosing: leaving the loop closes the engine stream at once, aborting the request.
         async with aclosing(self.engine.stream_chat(request)) as events:
-            async for event in events:
-                if isinstance(event, Completion):
-                    self.completion = event
-                    continue
-                clock.tick(loop.time())
-                if self.ttft_ms is None:
-                    self.ttft_ms = self.elapsed_ms()
-                if event.prompt_tokens is not None:
-                    self.prompt_tokens = event.prompt_tokens
-                if self._told_waiting:  # an engine answers again
-                    self._told_waiting, self._engine_tries = False, 0
-                    await self.engine_waiting(r, None)
-                self.parts.append(event.text)
-                # The position is taken before the token is passed on: a stop landing while
-                # it is written must not give the closing frame the token's position.
-                seq, self.seq = self.seq, self.seq + 1
-                await self.token(r, seq, event.text)
-                redisconn.raise_if_cancelled()  # a stop or deadline during the write
-                deadlines.token_arrived()
+            try:
+                async for event in events:
+                    if isinstance(event, Completion):
+                        self.completion = event
+                        continue
+                    clock.tick(loop.time())
+                    if self.ttft_ms is None:
+                        self.ttft_ms = self.elapsed_ms()
+                    if event.prompt_tokens is not None:
+                        self.prompt_tokens = event.prompt_tokens
+                    if self._told_waiting:  # an engine answers again
+                        self._told_waiting, self._engine_tries = False, 0
+                        await self.engine_waiting(r, None)
+                    self.parts.append(event.text)
+                    # The position is taken before the token is passed on: a stop landing while
+                    # it is written must not give the closing frame the token's position.
+                    seq, self.seq = self.seq, self.seq + 1
+                    await self.token(r, seq, event.text)
+                    redisconn.raise_if_cancelled()  # a stop or deadline during the write
+                    deadlines.token_arrived()
+            finally:
+                clock.flush()
 
     def _complete(self) -> Outcome:
         return Outcome(

@@ -46,3 +46,11 @@ async def send(link: aioredis.Connection, command: bytes) -> None:
     except exceptions.ConnectionError:
         await link.disconnect(nowait=True)
         raise
+
+
+def broken(link: aioredis.Connection) -> bool:
+    """Whether `link`, with no reply due on it, is broken as far as the event loop has seen: Redis
+    closed it, it failed, or it holds bytes nobody asked for. What `Connection.can_read_destructive`
+    tells, without its wait: with hiredis, that is a read a zero timeout cancels, a task switch each time."""
+    reader = link._reader
+    return reader is None or reader.at_eof() or reader.exception() is not None or len(reader._buffer) > 0

@@ -122,6 +122,48 @@ def test_it_moves_when_a_real_chat_runs(product_server, ws_url, origin):
     assert value(after, "chat_active_generations") == 0
 
 
+def test_a_token_clock_adds_what_one_observation_a_token_would(monkeypatch):
+    """The gaps wait in the clock, by bucket, and reach the histogram at a flush: the same buckets,
+    count and sum as Histogram.observe for each gap, the token counter moved by one a token."""
+    from prometheus_client import REGISTRY
+
+    from answers import metrics
+
+    def figures() -> dict:
+        names = ("chat_time_between_tokens_seconds", "chat_streamed_tokens")
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in REGISTRY.collect()
+            if family.name in names
+            for sample in family.samples
+            if not sample.name.endswith("_created")
+        }
+
+    gaps = [0.004, 0.005, 0.0051, 0.02, 0.3, 7.0, 0.02]
+    monkeypatch.setattr(metrics, "FLUSH_SECONDS", 3600.0)
+    before = figures()
+    times = [1.0]
+    for gap in gaps:
+        times.append(times[-1] + gap)
+    clock = metrics.TokenClock(0.0)
+    for now in times:
+        clock.tick(now)
+    assert (
+        figures()[("chat_time_between_tokens_seconds_count", ())]
+        == before[("chat_time_between_tokens_seconds_count", ())]
+    ), "flushed before its time"
+    clock.flush()
+    batched = {key: figures()[key] - before[key] for key in before}
+
+    before = figures()
+    for previous, now in zip(times, times[1:], strict=False):
+        metrics.TIME_BETWEEN_TOKENS.observe(now - previous)
+    metrics.STREAMED_TOKENS.inc(1 + len(gaps))
+    observed = {key: figures()[key] - before[key] for key in before}
+    assert batched == pytest.approx(observed)
+    assert batched[("chat_time_between_tokens_seconds_count", ())] == len(gaps)
+
+
 def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
     """Two processes write to one PROMETHEUS_MULTIPROC_DIR; a third renders their sum."""
     setup = (
@@ -132,8 +174,10 @@ def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
     writer = setup + textwrap.dedent(
         """
         chat.websocket_opened()
-        answer.first_token(0.2)
-        answer.token_gap(0.05)
+        clock = answer.TokenClock(0.0)
+        clock.tick(0.2)
+        clock.tick(0.25)
+        clock.flush()
         answer.engine_error("engine_timeout")
         engine.circuit_state("open")
         """
@@ -143,6 +187,7 @@ def test_it_sums_every_process_in_multiprocess_mode(tmp_path):
     # The writers exited, so their live gauges are gone; counters and histograms remain.
     figures = values(_rendered(env))
     assert value(figures, "chat_time_to_first_token_seconds_count") == 2
+    assert value(figures, "chat_time_between_tokens_seconds_bucket", le="0.05") == 2
     assert value(figures, "chat_streamed_tokens_total") == 4
     assert value(figures, "chat_engine_errors_total", code="engine_timeout") == 2
     assert value(figures, "chat_websocket_connections_opened_total") == 2

@@ -6,6 +6,11 @@ import ast
 import re
 from pathlib import Path
 
+import redis.utils
+from redis._parsers import _AsyncHiredisParser
+
+import redisconn
+
 ROOT = Path(__file__).resolve().parents[2]
 DEV_ONLY = {
     "pytest",
@@ -75,3 +80,10 @@ def test_make_test_installs_both_and_make_run_the_products_alone():
     assert re.search(r"^test: install-dev( |$)", makefile, re.MULTILINE)
     assert re.search(r"^prepare: install ", makefile, re.MULTILINE)
     assert "-r requirements/dev.txt" in makefile
+
+
+def test_redis_replies_are_parsed_by_hiredis():
+    """requirements.txt ships hiredis, and redis-py picks it for every connection it makes."""
+    assert "hiredis" in names(ROOT / "requirements.txt")
+    assert redis.utils.HIREDIS_AVAILABLE
+    assert isinstance(redisconn.lone_connection()._parser, _AsyncHiredisParser)
