@@ -168,14 +168,14 @@ class _Sockets:
                     log.exception("a socket could not check its login")
 
     def _handle(self, work) -> None:
-        task = asyncio.create_task(work, name="chat-socket-notice")
+        task = asyncio.create_task(work, name="chat-socket-work")
         self._handling.add(task)
         task.add_done_callback(self._handled)
 
     def _handled(self, task: asyncio.Task) -> None:
         self._handling.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("a socket notice failed", exc_info=task.exception())
+            log.error("a socket's notice or send-away failed", exc_info=task.exception())
 
 
 # The running loop's sockets.

@@ -237,8 +237,7 @@ class JobRunner:
             admitted = self._admit(claimed)
         except Exception as exc:
             log.exception("job %s: admitting %s lines failed", self.job_id, len(claimed))
-            error = f"internal_error: {exc.__class__.__name__}"
-            failed = [claims.Failed(c.document_id, error, retryable=True) for c in claimed]
+            failed = [claims.Failed(c.document_id, internal_error(exc), retryable=True) for c in claimed]
             claims.documents_record(worker=self.worker, outcomes=failed)
             return status, []
         refused = {
@@ -261,8 +260,7 @@ class JobRunner:
             elif task.exception() is not None:
                 exc = task.exception()
                 log.error("document %s of job %s failed", claim.document_id, self.job_id, exc_info=exc)
-                error = f"internal_error: {exc.__class__.__name__}"
-                self._outcomes.append(claims.Failed(claim.document_id, error, retryable=True))
+                self._outcomes.append(claims.Failed(claim.document_id, internal_error(exc), retryable=True))
             else:
                 self._outcomes.append(task.result())
 
@@ -305,7 +303,7 @@ class JobRunner:
             )
         except Exception as exc:
             log.exception("document %s of job %s failed", claim.document_id, self.job_id)
-            return self._fail(claim, f"internal_error: {exc.__class__.__name__}", retryable=True)
+            return self._fail(claim, internal_error(exc), retryable=True)
         return claims.Done(claim.document_id, summary, round((time.monotonic() - started) * 1000, 1))
 
     async def _summary(self, claim: claims.Claim) -> Summary:
@@ -334,6 +332,11 @@ class JobRunner:
     def _fail(self, claim: claims.Claim, error: str, *, retryable: bool, code: str = "") -> claims.Failed:
         log.warning("document %s of job %s: %s", claim.document_id, self.job_id, error)
         return claims.Failed(claim.document_id, error, retryable=retryable, code=code)
+
+
+def internal_error(exc: BaseException) -> str:
+    """A line's error where the product itself failed: retried, its cause in the log."""
+    return f"internal_error: {exc.__class__.__name__}"
 
 
 def local_worker_id() -> str:
