@@ -174,9 +174,10 @@ async def test_it_gives_up_on_an_engine_silent_past_the_token_timeout():
 
 
 async def test_the_token_timeout_counts_from_the_last_chunk_not_the_answers_start():
-    # 12 tokens 0.1 s apart: 1.1 s in all, more than twice the limit, never 0.5 s without one.
-    engine = StandInEngine(text=" ".join("abcdefghijkl"), interval=0.1)
-    async with client_of(engine, token_timeout=0.5) as client:
+    # 12 tokens 0.05 s apart: 0.55 s in all, more than twice the limit, never 0.25 s without one.
+    engine = StandInEngine(text=" ".join("abcdefghijkl") + " ", chunk=2, interval=0.05)
+    async with client_of(engine, token_timeout=0.25) as client:
         events = [event async for event in client.stream_chat(replace(HI, max_tokens=12))]
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == " ".join("abcdefghijkl")
+    deltas = [event.text for event in events if isinstance(event, TextDelta)]
+    assert len(deltas) == 12 and "".join(deltas) == " ".join("abcdefghijkl") + " "
     assert isinstance(events[-1], Completion)
