@@ -10,10 +10,10 @@ replicas, their metrics and load): inference.topology reads them.
 `OpenAIEngineClient` talks to vLLM's OpenAI-compatible server: the chat stream over aiohttp,
 whose HTTP parser is compiled, read by `ChunkReader`, which parses each server-sent event with
 orjson and makes the deltas of everything aiohttp has buffered one `TextDelta` (an engine ahead of
-its reader costs one frame downstream per read, not per token); the short calls (token counts,
-tokenize, detokenize) over httpx. The openai SDK is not used: it builds a pydantic model for every
-chunk (its cost per relayed token is in docs/benchmarks.md). Unit tests may substitute another
-implementation to inject faults."""
+its reader costs one frame downstream per read, not per token), each stream within its read limit
+(`QuietLimit`); the short calls (token counts, tokenize, detokenize) over httpx. The openai SDK is
+not used: it builds a pydantic model for every chunk (its cost per relayed token is in
+docs/benchmarks.md). Unit tests may substitute another implementation to inject faults."""
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
