@@ -23,6 +23,7 @@ A WebSocket's scope carries a sender that writes text frames straight to its con
 import asyncio
 import gc
 import os
+import pprint
 import signal
 import sys
 import tempfile
@@ -112,9 +113,25 @@ class SpooledBody(asyncio.Queue):
         return {"type": "http.request", "body": chunk, "more_body": more}
 
 
+class Formatted:
+    """`pprint.pformat(value)` made when a log line is formatted with it, not before."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return pprint.pformat(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 def server_class():
     """daphne's Server, draining on SIGTERM and taking over answers while it serves, its requests'
     bodies kept out of memory."""
+    import autobahn.websocket.protocol
     import daphne.server
     from daphne.http_protocol import HTTPFactory, WebRequest
     from daphne.server import Server, reactor
@@ -129,6 +146,9 @@ def server_class():
 
     # daphne's Server.run makes its factory by this name.
     daphne.server.HTTPFactory = UnparsedFormsFactory
+    # autobahn pretty-prints every new socket's options for a debug line, logged or not (1 % of the
+    # web process's samples where each answer opens its socket): formatted only if it is logged.
+    autobahn.websocket.protocol.pformat = Formatted
 
     class AnswersServer(Server):
         def run(self) -> None:

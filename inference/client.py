@@ -10,11 +10,12 @@ replicas, their metrics and load): inference.topology reads them.
 `OpenAIEngineClient` talks to vLLM's OpenAI-compatible server: the chat stream over aiohttp,
 whose HTTP parser is compiled, read by `ChunkReader`, which parses each server-sent event with
 orjson and makes the deltas of everything aiohttp has buffered one `TextDelta` (an engine ahead of
-its reader costs one frame downstream per read, not per token); the short calls (token counts,
-tokenize, detokenize) over httpx. The openai SDK is not used: it builds a pydantic model for every
-chunk (its cost per relayed token is in docs/benchmarks.md). Unit tests may substitute another
-implementation to inject faults."""
+its reader costs one frame downstream per read, not per token), each stream within its read limit
+(`QuietLimit`); the short calls (token counts, tokenize, detokenize) over httpx. The openai SDK is
+not used: it builds a pydantic model for every chunk (its cost per relayed token is in
+docs/benchmarks.md). Unit tests may substitute another implementation to inject faults."""
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -224,6 +225,37 @@ class ChunkReader:
         return _completion(self.finish_reason, self.usage or {})
 
 
+class QuietLimit:
+    """A streamed response's body fails with aiohttp's SocketTimeoutError once nothing has come for
+    `seconds`: aiohttp's sock_read, which moves its timer at every chunk received (one cancelled and
+    one new a token), as one timer that looks every eighth of the limit at the bytes the body has
+    received: it fails the body between `seconds` and 9/8 of it after its last byte. The response's
+    own timer (which waited for its headers) stops at the next chunk."""
+
+    CHECKS = 8
+
+    def __init__(self, response: aiohttp.ClientResponse, seconds: float) -> None:
+        if response.connection is not None and response.connection.protocol is not None:
+            response.connection.protocol.read_timeout = None
+        self._body = response.content
+        self._seconds = seconds
+        self._loop = asyncio.get_running_loop()
+        self._seen, self._since = self._body.total_bytes, self._loop.time()
+        self._handle = self._loop.call_at(self._since + seconds / self.CHECKS, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self._body.total_bytes != self._seen:
+            self._seen, self._since = self._body.total_bytes, now
+        elif now - self._since >= self._seconds:
+            self._body.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+            return
+        self._handle = self._loop.call_at(now + self._seconds / self.CHECKS, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 def _completion(finish_reason: str, usage: dict) -> Completion:
     """The end of an answer from its finish reason and the engine's usage object."""
     details = usage.get("prompt_tokens_details")
@@ -256,8 +288,9 @@ class OpenAIEngineClient:
         # The engine's (and its router's) key, on every request: the engine is reachable only
         # by the product's processes (docs/deploy.md), and answers nobody without it.
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # The read timeout bounds the wait for each streamed chunk. No retries: a
-        # retried stream would generate the answer a second time.
+        # The read timeout bounds the wait for each streamed chunk (a stream's body: QuietLimit). No
+        # retries: a retried stream would generate the answer a second time.
+        self._token_timeout = token_timeout
         timeout = httpx.Timeout(token_timeout, connect=connect_timeout)
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
@@ -356,10 +389,12 @@ class OpenAIEngineClient:
         url = self._base_url + "/v1/chat/completions"
         try:
             async with self._session().post(url, data=orjson.dumps(body), headers=headers) as response:
+                quiet = None
                 try:
                     if response.status >= 400:
                         raise _status_error(response.status, await response.read())
                     prompt_told = False
+                    quiet = QuietLimit(response, self._token_timeout)
                     async for received in response.content.iter_any():
                         text = reader.feed(received)
                         if text:
@@ -369,6 +404,8 @@ class OpenAIEngineClient:
                                 prompt_told = True
                                 yield TextDelta(text, prompt_tokens=reader.usage.get("prompt_tokens"))
                 finally:
+                    if quiet is not None:
+                        quiet.cancel()
                     if not response.content.at_eof():
                         # Left early (a stop, a deadline): drop the connection, and vLLM aborts
                         # the request when its client goes away.

@@ -166,5 +166,18 @@ async def test_it_gives_up_on_an_engine_silent_past_the_token_timeout():
     async with client_of(StandInEngine(text="a", fault=STALL), token_timeout=0.5) as client:
         with pytest.raises(EngineError) as failure:
             async for event in client.stream_chat(HI):
-                seen.append(event)
-    assert seen == [TextDelta("a")] and failure.value.code == "engine_timeout"
+                seen.append((event, asyncio.get_running_loop().time()))
+        silent = asyncio.get_running_loop().time() - seen[-1][1]
+    assert [event for event, _ in seen] == [TextDelta("a")] and failure.value.code == "engine_timeout"
+    # Within an eighth of the limit past it (the limit's checks), and the scheduler's slack.
+    assert 0.5 <= silent < 0.5 * 9 / 8 + 0.25
+
+
+async def test_the_token_timeout_counts_from_the_last_chunk_not_the_answers_start():
+    # 12 tokens 0.05 s apart: 0.55 s in all, more than twice the limit, never 0.25 s without one.
+    engine = StandInEngine(text=" ".join("abcdefghijkl") + " ", chunk=2, interval=0.05)
+    async with client_of(engine, token_timeout=0.25) as client:
+        events = [event async for event in client.stream_chat(replace(HI, max_tokens=12))]
+    deltas = [event.text for event in events if isinstance(event, TextDelta)]
+    assert len(deltas) == 12 and "".join(deltas) == " ".join("abcdefghijkl") + " "
+    assert isinstance(events[-1], Completion)

@@ -1,6 +1,7 @@
 """The web process as the Procfile starts it: daphne on uvloop's event loop, listening with a long
 accept queue (chatsite/daphne.py)."""
 
+import pprint
 import subprocess
 import sys
 
@@ -47,3 +48,19 @@ def test_the_running_web_process_listens_with_a_long_accept_queue(product_daphne
     listening = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
     somaxconn = int(open("/proc/sys/net/core/somaxconn").read())
     assert int(listening.split()[2]) == min(4096, somaxconn), listening
+
+
+def test_a_sockets_options_are_pretty_printed_only_for_a_line_that_is_logged():
+    from chatsite.daphne import Formatted
+
+    class Counted:
+        made = 0
+
+        def __repr__(self) -> str:
+            Counted.made += 1
+            return "counted"
+
+    options = [("autoPingInterval", Counted(), "WebSocketServerFactory")]
+    attrs = Formatted(options)
+    assert Counted.made == 0
+    assert f"\n{attrs}" == "\n" + pprint.pformat(options) and Counted.made == 2
