@@ -1,8 +1,9 @@
 """Benchmark 10: embedding a knowledge collection, three ways, in one run.
 
 The same texts (about 90 tokens each, as ingestion's chunks) embedded by (a) transformers in a
-process alone (the model, mean pooling, a batch at a time, torch on every core, no HTTP), (b) vLLM's
-pooling runner alone (`EMBEDDING_RUNNER=vllm`: its server, requests of a batch each, two in flight), and
+process alone (the server's encoder, int8 or not as EMBEDDING_QUANTIZE says, a batch at a time, torch
+on every core, no HTTP), (b) vLLM's pooling runner alone (`EMBEDDING_RUNNER=vllm`: its server,
+requests of a batch each, two in flight), and
 (c) the product's embedding server over HTTP as ingestion sends to it (`EMBEDDING_RUNNER=transformers`:
 `runembeddings`' server, inference.embeddings' client, two workers sending a batch each at a time,
 as the Celery worker's two processes do). Tokens/s and texts/s of each, per core; and the time a
@@ -80,7 +81,12 @@ def alone(count: int, batch: int) -> None:
     from enginehost.embedserver import Encoder
 
     texts = corpus(count)
-    encoder = Encoder(settings.EMBEDDING_MODEL, settings.EMBEDDING_MAX_TOKENS, threads=cores())
+    encoder = Encoder(
+        settings.EMBEDDING_MODEL,
+        settings.EMBEDDING_MAX_TOKENS,
+        threads=cores(),
+        quantize=settings.EMBEDDING_QUANTIZE,
+    )
     encoder(texts[:batch])  # warm
     started, tokens = time.perf_counter(), 0
     for start in range(0, len(texts), batch):

@@ -230,7 +230,8 @@ def run_facts(model_dir: str, documents_total: int, places: int, cost_sample: in
         vectors.index_vectors([(document_id, piece.position, vector) for piece, vector, _ in stored])
         claims.windows_store(document_id=document_id, collection_id=collection.pk, rows=stored)
     indexed_s = time.perf_counter() - began
-    question_vectors = embedded([f.question for f in facts], model_dir, "facts-questions")
+    # One a pass, as the product embeds a question.
+    question_vectors = embedded([f.question for f in facts], model_dir, "facts-questions", batch=1)
     halves = _halves(facts)
     modes, sourced = {}, 0
     for mode in ("vector", "text", "hybrid"):

@@ -3,13 +3,14 @@
 The passages are the docstrings of the Python packages installed beside the product (Django, NumPy,
 PyTorch, transformers, vLLM...): real English prose about many subjects, no download, the same on every
 host with the same packages. They are cut into passages of about 40 words and embedded with the bundled
-embedding model in this process (transformers, mean pooling, unit length: what the embedding engine
-serves), once per size; the file is reused by later runs.
+embedding model in this process (the embedding engine's own encoder: what it serves), once per size
+and setting; the file is reused by later runs.
 """
 
 import ast
 import hashlib
 import json
+import os
 import re
 import site
 from collections.abc import Iterator
@@ -72,39 +73,37 @@ def _scan(count: int) -> list[str]:
 
 
 class Embedder:
-    """The bundled embedding model in this process: mean pooling, unit length."""
+    """The embedding engine's encoder (enginehost.embedserver.Encoder) in this process, as the
+    settings make it (EMBEDDING_MAX_TOKENS, EMBEDDING_QUANTIZE)."""
 
     def __init__(self, model_dir: str, threads: int | None = None) -> None:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
+        from django.conf import settings
 
-        if threads:
-            torch.set_num_threads(threads)
-        self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModel.from_pretrained(model_dir).eval()
+        from enginehost.embedserver import Encoder
+
+        self.encoder = Encoder(
+            model_dir,
+            settings.EMBEDDING_MAX_TOKENS,
+            threads=threads or len(os.sched_getaffinity(0)),
+            quantize=settings.EMBEDDING_QUANTIZE,
+        )
 
     def __call__(self, texts: list[str], batch: int = 64) -> np.ndarray:
-        out = []
-        with self.torch.inference_mode():
-            for i in range(0, len(texts), batch):
-                encoded = self.tokenizer(
-                    texts[i : i + batch], padding=True, truncation=True, max_length=256, return_tensors="pt"
-                )
-                hidden = self.model(**encoded).last_hidden_state
-                mask = encoded["attention_mask"].unsqueeze(-1).float()
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out.append(self.torch.nn.functional.normalize(pooled, dim=1).numpy())
+        out = [self.encoder(texts[i : i + batch])[0] for i in range(0, len(texts), batch)]
         return np.concatenate(out).astype("<f4")
 
 
-def embedded(texts: list[str], model_dir: str, name: str) -> np.ndarray:
-    """The texts' vectors, from var/bench/ when this exact list was embedded before."""
+def embedded(texts: list[str], model_dir: str, name: str, batch: int = 64) -> np.ndarray:
+    """The texts' vectors, `batch` a forward pass (with EMBEDDING_QUANTIZE a text's vector depends a
+    little on the texts beside it), from var/bench/ when this exact list was embedded before the same way."""
+    from django.conf import settings
+
     digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
-    path = CACHE / f"{name}-{len(texts)}-{digest}.npy"
+    how = ("-int8" if settings.EMBEDDING_QUANTIZE else "") + ("" if batch == 64 else f"-b{batch}")
+    path = CACHE / f"{name}{how}-{len(texts)}-{digest}.npy"
     if path.exists():
         return np.load(path)
-    vectors = Embedder(model_dir)(texts)
+    vectors = Embedder(model_dir)(texts, batch)
     CACHE.mkdir(parents=True, exist_ok=True)
     np.save(path, vectors)
     return vectors

@@ -27,6 +27,7 @@ class EmbeddingConfig:
     max_batch: int
     max_queue: int
     query_texts: int
+    quantize: bool = False
     gpu_memory_utilization: float = 0.05
     api_key: str = ""
     # Read by EngineProcess as the chat engine's is.
@@ -44,6 +45,7 @@ class EmbeddingConfig:
             max_batch=settings.EMBEDDING_MAX_BATCH,
             max_queue=settings.EMBEDDING_MAX_QUEUE,
             query_texts=settings.EMBEDDING_QUERY_TEXTS,
+            quantize=settings.EMBEDDING_QUANTIZE,
             gpu_memory_utilization=settings.EMBEDDING_GPU_MEMORY_UTILIZATION,
             api_key=settings.INFERENCE_API_KEY,
         )
@@ -73,6 +75,7 @@ class EmbeddingConfig:
                 "--max-batch", str(self.max_batch),
                 "--max-queue", str(self.max_queue),
                 "--query-texts", str(self.query_texts),
+                *(["--quantize"] if self.quantize else []),
             ]  # fmt: skip
         args = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",

@@ -9,7 +9,8 @@ POST /tokenize (vLLM's shape), GET /v1/models, GET /health, GET /metrics (Promet
 INFERENCE_API_KEY in its environment, the engine's key guard asks for it on every route but
 /health, as on the chat engine. Texts are batched by enginehost.embedqueue; each vector is the mean
 of the model's last hidden states over the text's tokens (or its first token's, for a checkpoint
-that pools so), L2-normalised, as sentence-transformers computes it. Nothing here imports Django:
+that pools so), L2-normalised, as sentence-transformers computes it. With `--quantize` the model's
+linear layers run in int8 (`quantized`). Nothing here imports Django:
 the launcher (enginehost.embedlaunch) starts it as a child process with only the environment it reads.
 """
 
@@ -74,10 +75,20 @@ def pooling_mode(model: str) -> str:
     return "mean"
 
 
+def quantized(model):
+    """`model` with its linear layers in int8: weights quantized once per output channel, each pass's
+    activations on the fly (PyTorch's dynamic quantization). The rest (embeddings, attention's
+    products, layer norms) stays float32."""
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
 class Encoder:
     """The model on this process's cores: texts in, unit vectors (float32) and token counts out."""
 
-    def __init__(self, model: str, max_tokens: int, threads: int) -> None:
+    def __init__(self, model: str, max_tokens: int, threads: int, *, quantize: bool = False) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -85,6 +96,8 @@ class Encoder:
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.model = AutoModel.from_pretrained(model).eval()
+        if quantize:
+            self.model = quantized(self.model)
         self.max_tokens = max_tokens
         self.dimensions = self.model.config.hidden_size
         self.cls_pooling = pooling_mode(model) == "cls"
@@ -290,9 +303,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch", type=int, default=32)
     parser.add_argument("--max-queue", type=int, default=4096)
     parser.add_argument("--query-texts", type=int, default=4)
+    parser.add_argument("--quantize", action="store_true", help="the linear layers in int8")
     args = parser.parse_args(argv)
     # Every core this process may run on, which a container's CPU set or the launcher narrow.
-    encoder = Encoder(args.model, args.max_tokens, threads=len(os.sched_getaffinity(0)))
+    encoder = Encoder(
+        args.model, args.max_tokens, threads=len(os.sched_getaffinity(0)), quantize=args.quantize
+    )
     # The first pass sets up torch's kernels (most of a second); no request pays for it.
     encoder(["warm up"])
     server = EmbeddingServer(

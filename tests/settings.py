@@ -19,6 +19,10 @@ os.environ.setdefault("DEBUG", "true")
 # costs about two minutes at a first start, and the suite starts engines several times. What
 # compiling changes is measured by `make bench` (docs/benchmarks.md), not asserted here.
 os.environ.setdefault("INFERENCE_ENFORCE_EAGER", "true")
+# The suite's embedding engines run the float model, whose vector of a text is the same in any pass,
+# so a test can compare a stored vector with its text's own; test_embedding_quantized starts the int8
+# engine (the product's default on CPU) beside it and checks it against the float one.
+os.environ.setdefault("EMBEDDING_QUANTIZE", "false")
 
 from chatsite import settings as product
 from harness.processes import free_port

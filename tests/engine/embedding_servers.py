@@ -18,6 +18,7 @@ from tests.support.product import LOGS
 
 KEY = "embedding-key-" + "e" * 30
 AUTH = {"Authorization": f"Bearer {KEY}"}
+MODEL = "all-minilm-l6-v2"
 
 
 def embedding_config(**changes) -> EmbeddingConfig:
@@ -49,3 +50,17 @@ def embedding_metric(url: str, name: str, **labels: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f"{name}{{{wanted}")
     )
+
+
+def post(url: str, body: dict, headers=AUTH) -> httpx.Response:
+    return httpx.post(f"{url}/v1/embeddings", json=body, headers=headers, timeout=60)
+
+
+def vectors(url: str, texts: list[str]) -> list[list[float]]:
+    response = post(url, {"model": MODEL, "input": texts})
+    assert response.status_code == 200, response.text
+    return [item["embedding"] for item in response.json()["data"]]
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))

@@ -35,6 +35,12 @@ def test_the_transformers_runner_is_the_products_server_with_the_settings_limits
     assert flag(command, "--port") == settings.EMBEDDING_URL.rsplit(":", 1)[1]
 
 
+def test_the_transformers_runner_quantizes_when_the_settings_say_so_and_vllm_never():
+    assert "--quantize" in config(runner="transformers", quantize=True).command()
+    assert "--quantize" not in config(runner="transformers", quantize=False).command()
+    assert "--quantize" not in config(runner="vllm", quantize=True).command()
+
+
 def test_the_vllm_runner_is_vllms_pooling_runner_with_the_key_guard():
     command = config(runner="vllm", api_key="k" * 32).command()
     assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]

@@ -10,23 +10,7 @@ import pytest
 from openai import OpenAI
 
 from enginehost.embedserver import pooling_mode
-from tests.engine.embedding_servers import AUTH, KEY, embedding_metric
-
-MODEL = "all-minilm-l6-v2"
-
-
-def post(url: str, body: dict, headers=AUTH) -> httpx.Response:
-    return httpx.post(f"{url}/v1/embeddings", json=body, headers=headers, timeout=60)
-
-
-def vectors(url: str, texts: list[str]) -> list[list[float]]:
-    response = post(url, {"model": MODEL, "input": texts})
-    assert response.status_code == 200, response.text
-    return [item["embedding"] for item in response.json()["data"]]
-
-
-def cosine(a: list[float], b: list[float]) -> float:
-    return sum(x * y for x, y in zip(a, b, strict=True))
+from tests.engine.embedding_servers import AUTH, KEY, MODEL, cosine, embedding_metric, post, vectors
 
 
 def test_it_answers_in_openais_shape_with_a_unit_vector_of_384_dimensions_per_text(embedding_url):

@@ -1,6 +1,6 @@
 """vLLM's pooling runner (EMBEDDING_RUNNER=vllm, the GPU hosts' runner) started by the same
-launcher on the same model: the same API, the same vectors as the product's transformers server,
-and the engine's key on every route but /health. About a minute to start on CPU."""
+launcher on the same model: the same API, the same vectors as the product's transformers server with
+the float model, and the engine's key on every route but /health. About a minute to start on CPU."""
 
 import math
 
@@ -29,8 +29,8 @@ def client(url: str) -> EmbeddingClient:
     return EmbeddingClient(url, MODEL, breaker=breaker, timeout=120, connect_timeout=5, api_key=KEY)
 
 
-def test_it_makes_the_transformers_servers_vectors_through_the_same_client(vllm_url, embedding_url):
-    from_vllm, from_transformers = client(vllm_url), client(embedding_url)
+def test_it_makes_the_transformers_servers_vectors_through_the_same_client(vllm_url, float_embedding_url):
+    from_vllm, from_transformers = client(vllm_url), client(float_embedding_url)
     ours, theirs = from_transformers.embed(TEXTS), from_vllm.embed(TEXTS, priority="bulk")
     assert [len(vector) for vector in theirs] == [384] * len(TEXTS)
     for mine, other in zip(ours, theirs, strict=True):
