@@ -4,7 +4,7 @@ The passages are the docstrings of the Python packages installed beside the prod
 PyTorch, transformers, vLLM...): real English prose about many subjects, no download, the same on every
 host with the same packages. They are cut into passages of about 40 words and embedded with the bundled
 embedding model in this process (transformers, mean pooling, unit length: what the embedding engine
-serves), once per size; the file is reused by later runs.
+serves), once: the files are reused by later runs.
 """
 
 import ast
@@ -21,6 +21,7 @@ from bench.results import ROOT
 
 CACHE = ROOT / "var" / "bench"
 WORDS = 30
+PIECE = 10_000
 
 
 def _docstrings(path: Path) -> Iterator[str]:
@@ -99,12 +100,17 @@ class Embedder:
 
 
 def embedded(texts: list[str], model_dir: str, name: str) -> np.ndarray:
-    """The texts' vectors, from var/bench/ when this exact list was embedded before."""
-    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
-    path = CACHE / f"{name}-{len(texts)}-{digest}.npy"
-    if path.exists():
-        return np.load(path)
-    vectors = Embedder(model_dir)(texts)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    np.save(path, vectors)
-    return vectors
+    """The texts' vectors, kept under var/bench/ in pieces of PIECE texts and read back where the same
+    texts were embedded before: a corpus that begins with a smaller one embeds only the rest, and a run
+    stopped midway keeps the pieces it finished."""
+    pieces, embedder = [], None
+    for start in range(0, len(texts), PIECE):
+        piece = texts[start : start + PIECE]
+        digest = hashlib.sha256("\n".join(piece).encode()).hexdigest()[:16]
+        path = CACHE / f"{name}-{len(piece)}-{digest}.npy"
+        if not path.exists():
+            embedder = embedder or Embedder(model_dir)
+            CACHE.mkdir(parents=True, exist_ok=True)
+            np.save(path, embedder(piece))
+        pieces.append(np.load(path))
+    return np.concatenate(pieces)
