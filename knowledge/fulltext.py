@@ -147,9 +147,11 @@ def _sqlite(terms: list[str], collection_ids: list[int], bound: int, limit: int)
             # bm25 scores only the words of the match, so all of them are ANDed in: the passages are
             # those of the chosen words, and every word counts in their ranking (the chosen ones twice).
             match = f"({match}) AND ({' OR '.join(map(_phrase, held))})"
+        # CROSS JOIN keeps the index's matches the outer loop: SQLite without statistics may otherwise
+        # run the match once for each of the collection's passages, bm25 reading each word's passages anew.
         cursor.execute(
             "SELECT id, score FROM (SELECT c.id, -bm25(knowledge_chunk_fts) AS score "
-            "FROM knowledge_chunk_fts JOIN knowledge_chunk c ON c.id = knowledge_chunk_fts.rowid "
+            "FROM knowledge_chunk_fts CROSS JOIN knowledge_chunk c ON c.id = knowledge_chunk_fts.rowid "
             f"WHERE knowledge_chunk_fts MATCH %s AND c.collection_id IN ({placeholders}) LIMIT %s"
             ") found ORDER BY score DESC, id LIMIT %s",
             [match, *collection_ids, bound, limit],
