@@ -58,8 +58,6 @@ def _fresh_database(url: str) -> None:
 
 def _fill(collection, texts: list[str], vectors: np.ndarray, start: int) -> None:
     """Passages start.. as chunks of the collection, 100 to a document."""
-    from django.db import connection
-
     from knowledge import chunking
     from knowledge import vectors as store
     from knowledge.models import Chunk, Document
@@ -81,8 +79,14 @@ def _fill(collection, texts: list[str], vectors: np.ndarray, start: int) -> None
         store.index_vectors(
             [(row.document_id, row.position, vectors[i]) for i, row in enumerate(rows, first)]
         )
+    _analyze()
+
+
+def _analyze() -> None:
+    """What autovacuum does after a bulk load, at once: PostgreSQL's full-text search reads the statistics."""
+    from django.db import connection
+
     if connection.vendor == "postgresql":
-        # What autovacuum does after a bulk load, at once: full-text search reads the statistics.
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE knowledge_chunk")
 
@@ -235,6 +239,7 @@ def run_facts(model_dir: str, documents_total: int, places: int, cost_sample: in
     for document_id, stored in by_document.items():
         vectors.index_vectors([(document_id, piece.position, vector) for piece, vector, _ in stored])
         claims.windows_store(document_id=document_id, collection_id=collection.pk, rows=stored)
+    _analyze()
     indexed_s = time.perf_counter() - began
     question_vectors = embedded([f.question for f in facts], model_dir, "facts-questions")
     halves = _halves(facts)

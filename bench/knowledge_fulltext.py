@@ -26,6 +26,8 @@ def _unbounded(question: str, collection_id: int, limit: int) -> list[tuple[int,
     from knowledge.fulltext import words
 
     terms = words(question)
+    if not terms:
+        return []
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute(
