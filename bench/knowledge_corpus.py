@@ -3,8 +3,8 @@
 The passages are the docstrings of the Python packages installed beside the product (Django, NumPy,
 PyTorch, transformers, vLLM...): real English prose about many subjects, no download, the same on every
 host with the same packages. They are cut into passages of about 40 words and embedded with the bundled
-embedding model in this process (the embedding engine's own encoder: what it serves), once per size
-and setting; the file is reused by later runs.
+embedding model in this process (the embedding engine's own encoder: what it serves), once per setting;
+the files are reused by later runs.
 """
 
 import ast
@@ -22,6 +22,7 @@ from bench.results import ROOT
 
 CACHE = ROOT / "var" / "bench"
 WORDS = 30
+PIECE = 10_000
 
 
 def _docstrings(path: Path) -> Iterator[str]:
@@ -95,15 +96,20 @@ class Embedder:
 
 def embedded(texts: list[str], model_dir: str, name: str, batch: int = 64) -> np.ndarray:
     """The texts' vectors, `batch` a forward pass (with EMBEDDING_QUANTIZE a text's vector depends a
-    little on the texts beside it), from var/bench/ when this exact list was embedded before the same way."""
+    little on the texts beside it), kept under var/bench/ in pieces of PIECE texts and read back where the
+    same texts were embedded before the same way: a corpus that begins with a smaller one embeds only the
+    rest, and a run stopped midway keeps the pieces it finished."""
     from django.conf import settings
 
-    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
     how = ("-int8" if settings.EMBEDDING_QUANTIZE else "") + ("" if batch == 64 else f"-b{batch}")
-    path = CACHE / f"{name}{how}-{len(texts)}-{digest}.npy"
-    if path.exists():
-        return np.load(path)
-    vectors = Embedder(model_dir)(texts, batch)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    np.save(path, vectors)
-    return vectors
+    pieces, embedder = [], None
+    for start in range(0, len(texts), PIECE):
+        piece = texts[start : start + PIECE]
+        digest = hashlib.sha256("\n".join(piece).encode()).hexdigest()[:16]
+        path = CACHE / f"{name}{how}-{len(piece)}-{digest}.npy"
+        if not path.exists():
+            embedder = embedder or Embedder(model_dir)
+            CACHE.mkdir(parents=True, exist_ok=True)
+            np.save(path, embedder(piece, batch))
+        pieces.append(np.load(path))
+    return np.concatenate(pieces)

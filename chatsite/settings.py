@@ -599,6 +599,8 @@ KNOWLEDGE_MIN_SCORE = env_float("KNOWLEDGE_MIN_SCORE", 0.1, minimum=-1.0, maximu
 KNOWLEDGE_RRF_K = env_int("KNOWLEDGE_RRF_K", 60, minimum=1)
 # pgvector's HNSW search width (hnsw.ef_search): recall against time.
 KNOWLEDGE_HNSW_EF_SEARCH = env_int("KNOWLEDGE_HNSW_EF_SEARCH", 100, minimum=1, maximum=1000)
+# Passages PostgreSQL's full-text search ranks for one question at most: those holding its rarest words.
+KNOWLEDGE_FTS_RANKED = env_int("KNOWLEDGE_FTS_RANKED", 2000, minimum=1)
 # PostgreSQL's text search configuration for passages and questions.
 KNOWLEDGE_FTS_CONFIG = env_choice(
     "KNOWLEDGE_FTS_CONFIG",
