@@ -25,6 +25,7 @@ import httpx
 import orjson
 
 from eventloops import PerLoop
+from inference.errors import EngineError, engine_error, error_message, status_error
 
 
 @dataclass(frozen=True)
@@ -79,18 +80,6 @@ class EngineLoad:
     waiting: int
 
 
-@dataclass
-class EngineError(Exception):
-    """Any failure reaching or using the engine; `code` is stable and client-facing."""
-
-    detail: str
-    code: str = "engine_error"
-    extra: dict = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.detail}"
-
-
 @dataclass(frozen=True)
 class ReplicaMetrics:
     url: str
@@ -143,41 +132,6 @@ class EngineProbe(Protocol):
         ...
 
 
-def _engine_error(exc: Exception) -> EngineError:
-    if isinstance(exc, httpx.HTTPStatusError):
-        return _status_error(exc.response.status_code, exc.response.content)
-    if isinstance(exc, httpx.TimeoutException | TimeoutError):
-        return EngineError("The engine did not answer in time.", code="engine_timeout")
-    if isinstance(exc, httpx.TransportError | aiohttp.ClientError):
-        return EngineError("The engine is not reachable.", code="engine_unavailable")
-    return EngineError(f"The engine failed: {exc}")
-
-
-def _error_message(body: bytes) -> str:
-    """The message of an error reply: OpenAI's `{"error": {"message"}}`, or vLLM's older
-    `{"message"}`, or the text itself."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body.decode(errors="replace").strip()[:500]
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if data.get("message"):
-            return str(data["message"])
-    return str(data)[:500]
-
-
-def _status_error(status: int, body: bytes) -> EngineError:
-    message = _error_message(body)
-    if status == 400:
-        return EngineError(f"The engine refused the request: {message}", code="engine_rejected")
-    if status in (502, 503, 504):  # a router or proxy with no engine behind it, for now
-        return EngineError(f"The engine is not reachable ({status}): {message}", code="engine_unavailable")
-    return EngineError(f"The engine failed ({status}): {message}")
-
-
 class ChunkReader:
     """The events of an OpenAI chat stream, read as bytes arrive.
 
@@ -211,7 +165,7 @@ class ChunkReader:
             return
         chunk = orjson.loads(data)
         if chunk.get("error") or chunk.get("object") == "error":
-            raise EngineError(f"The engine failed mid-answer: {_error_message(data)}")
+            raise EngineError(f"The engine failed mid-answer: {error_message(data)}")
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
@@ -368,10 +322,10 @@ class OpenAIEngineClient:
                         # Cancelled while reading: dropped, so vLLM aborts the request.
                         response.close()
                 if response.status >= 400:
-                    raise _status_error(response.status, received)
+                    raise status_error(response.status, received)
                 reply = orjson.loads(received)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _engine_error(exc) from exc
+            raise engine_error(exc) from exc
         except orjson.JSONDecodeError as exc:
             raise EngineError(f"The engine sent a malformed reply: {exc}") from exc
         try:
@@ -392,7 +346,7 @@ class OpenAIEngineClient:
                 quiet = None
                 try:
                     if response.status >= 400:
-                        raise _status_error(response.status, await response.read())
+                        raise status_error(response.status, await response.read())
                     prompt_told = False
                     quiet = QuietLimit(response, self._token_timeout)
                     async for received in response.content.iter_any():
@@ -411,7 +365,7 @@ class OpenAIEngineClient:
                         # the request when its client goes away.
                         response.close()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _engine_error(exc) from exc
+            raise engine_error(exc) from exc
         except orjson.JSONDecodeError as exc:
             raise EngineError(f"The engine sent a malformed event: {exc}") from exc
         if not reader.done:
@@ -428,7 +382,7 @@ class OpenAIEngineClient:
             )
             response.raise_for_status()
         except httpx.HTTPError as exc:
-            raise _engine_error(exc) from exc
+            raise engine_error(exc) from exc
         return int(response.json()["count"])
 
     async def tokenize(self, text: str) -> list[int]:
@@ -453,5 +407,5 @@ class OpenAIEngineClient:
             response = await self._http.post(path, json=payload)
             response.raise_for_status()
         except httpx.HTTPError as exc:
-            raise _engine_error(exc) from exc
+            raise engine_error(exc) from exc
         return response.json()

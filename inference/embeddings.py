@@ -18,7 +18,7 @@ import orjson
 
 from eventloops import PerLoop
 from inference.breaker import CircuitBreaker
-from inference.client import EngineError, _engine_error, _status_error
+from inference.errors import EngineError, engine_error, status_error
 
 # vLLM's priority: lower runs first.
 PRIORITIES = {"query": 0, "bulk": 1}
@@ -118,9 +118,7 @@ class EmbeddingClient:
     def _failed(self, exc: BaseException) -> BaseException:
         """What a call that raised `exc` raises, once the breaker has heard of it: an EngineError,
         or `exc` itself where it is no failure of the call (a cancellation)."""
-        failure = (
-            exc if isinstance(exc, EngineError) or not isinstance(exc, Exception) else _engine_error(exc)
-        )
+        failure = exc if isinstance(exc, EngineError) or not isinstance(exc, Exception) else engine_error(exc)
         self.breaker.record(failure)
         return failure
 
@@ -154,7 +152,7 @@ def _raise_for(response: httpx.Response) -> None:
             "The embedding engine is busy.", code="busy", extra={"retry_after": max(retry_after, 1.0)}
         )
     if response.status_code != 200:
-        raise _status_error(response.status_code, response.content)
+        raise status_error(response.status_code, response.content)
 
 
 def _count(response: httpx.Response) -> int:
