@@ -40,7 +40,18 @@ async def scan(r: aioredis.Redis, engine: EngineClient) -> list[AnswerRun]:
         if answer in RUNNING:
             continue
         claim = await ownership.claim(r, answer)
-        if claim is not None and (run := await TAKERS[ownership.kind(answer)](r, claim, engine)) is not None:
+        if claim is None:
+            continue
+        try:
+            run = await TAKERS[ownership.kind(answer)](r, claim, engine)
+        except (RedisError, OSError):
+            raise  # Redis is away: keep_scanning waits for it
+        except Exception:
+            # This answer's failure is its own: the others are still taken; its claim lapses and a
+            # later scan tries it again.
+            log.exception("answer takeover: answer %s failed", answer)
+            continue
+        if run is not None:
             taken.append(run)
     return taken
 

@@ -211,7 +211,11 @@ async def take_over(r: aioredis.Redis, claim: ownership.Claim, engine: EngineCli
 
 def abandoned_record(claim: ownership.Claim, record: dict[str, str]) -> None:
     """Record an API answer whose process died, from its last heartbeat: its usage, and with
-    `store` the exchange as far as its client received it (answers.takeover)."""
+    `store` the exchange as far as its client received it (answers.takeover); nothing when its
+    user was deleted meanwhile (their usage and exchanges went with them)."""
+    user = get_user_model().objects.filter(pk=claim.user_id).first()
+    if user is None:
+        return
     completion = int(record.get("completion_tokens") or 0)
     usage_record(
         user_id=claim.user_id,
@@ -223,7 +227,7 @@ def abandoned_record(claim: ownership.Claim, record: dict[str, str]) -> None:
     if "store" in record:
         request = orjson.loads(record["store"])
         exchanges.api_exchange_store(
-            user=get_user_model().objects.get(pk=claim.user_id),
+            user=user,
             messages=request["messages"],
             model_name=request["model"],
             completion_id=claim.answer.removeprefix(ownership.API_PREFIX),

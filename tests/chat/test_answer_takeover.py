@@ -299,6 +299,54 @@ async def test_an_api_answer_whose_process_died_is_recorded_as_far_as_its_client
     assert not await r.zscore(keys.CHAT_ANSWERS, answer.owner.answer)
 
 
+async def dead_api_answer(user, settings):
+    """An API answer of `user` whose process died before any other answer's (the scan's first)."""
+    from openai_api import protocol as api_protocol
+    from openai_api import serving
+
+    body = {"model": settings.INFERENCE_MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}]}
+    chat = api_protocol.chat_completion_request({**body, "store": True})
+    answer = await serving.answer_start(user=user, chat=chat, engine=FakeEngine(["Hi"], hang=True))
+    assert await answer.events.get() == serving.TextDelta("Hi")
+    await died(answer, beat_ago=7200)
+    return answer
+
+
+async def a_dead_chat_answer(user):
+    dead, _ = await running_answer(user, ["One, ", asyncio.Event()], hang=True)
+    assert len([f async for f in first_frames(dead.frames_after(-1), 1)]) == 1
+    await died(dead)
+    return dead
+
+
+async def test_an_api_answer_of_a_deleted_user_is_let_go_and_the_scan_takes_the_next(alice, bob, settings):
+    from usage.models import UsageDay
+
+    api = await dead_api_answer(bob, settings)
+    dead = await a_dead_chat_answer(alice)
+    await bob.adelete()
+    r = redis_client()
+    [continued] = await takeover.scan(r, FakeEngine(["two."]))
+    await asyncio.wait_for(continued.task, 10)
+    assert continued.message_id == dead.message_id
+    assert not await r.zscore(keys.CHAT_ANSWERS, api.owner.answer)  # let go, nothing to record
+    assert not await UsageDay.objects.filter(source="api").aexists()
+
+
+async def test_an_answer_whose_takeover_fails_leaves_the_others_taken(alice, bob, settings, monkeypatch):
+    def broken(r, claim, engine):
+        raise RuntimeError("a taker's own failure")
+
+    monkeypatch.setitem(takeover.TAKERS, "api", broken)
+    api = await dead_api_answer(bob, settings)
+    dead = await a_dead_chat_answer(alice)
+    r = redis_client()
+    [continued] = await takeover.scan(r, FakeEngine(["two."]))
+    await asyncio.wait_for(continued.task, 10)
+    assert continued.message_id == dead.message_id
+    assert await r.zscore(keys.CHAT_ANSWERS, api.owner.answer)  # claimed: a later scan tries it again
+
+
 async def test_a_frame_whose_write_the_handover_cut_is_written_before_the_answer_is_left_and_shown_only_then(
     alice, monkeypatch
 ):
