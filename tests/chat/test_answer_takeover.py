@@ -22,10 +22,13 @@ from conversations import turns
 from conversations.models import Message
 from harness.waiting import until
 from inference.client import EngineError
+from openai_api import protocol as api_protocol
+from openai_api import serving
 from redisconn import client as redis_client
 from redisconn import keys
 from tests.support.consumer_client import first_frames
 from tests.support.fake_engine import FakeEngine
+from usage.models import UsageDay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,10 +275,6 @@ async def test_frames_redis_lost_in_a_restart_are_written_again_before_the_next(
 
 
 async def test_an_api_answer_whose_process_died_is_recorded_as_far_as_its_client_received_it(alice, settings):
-    from openai_api import protocol as api_protocol
-    from openai_api import serving
-    from usage.models import UsageDay
-
     settings.CHAT_HEARTBEAT_SECONDS = 0.1
     body = {"model": settings.INFERENCE_MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}]}
     chat = api_protocol.chat_completion_request({**body, "store": True, "stream": True})
@@ -299,11 +298,8 @@ async def test_an_api_answer_whose_process_died_is_recorded_as_far_as_its_client
     assert not await r.zscore(keys.CHAT_ANSWERS, answer.owner.answer)
 
 
-async def dead_api_answer(user, settings):
+async def dead_api_answer(user):
     """An API answer of `user` whose process died before any other answer's (the scan's first)."""
-    from openai_api import protocol as api_protocol
-    from openai_api import serving
-
     body = {"model": settings.INFERENCE_MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}]}
     chat = api_protocol.chat_completion_request({**body, "store": True})
     answer = await serving.answer_start(user=user, chat=chat, engine=FakeEngine(["Hi"], hang=True))
@@ -312,18 +308,16 @@ async def dead_api_answer(user, settings):
     return answer
 
 
-async def a_dead_chat_answer(user):
+async def dead_chat_answer(user):
     dead, _ = await running_answer(user, ["One, ", asyncio.Event()], hang=True)
     assert len([f async for f in first_frames(dead.frames_after(-1), 1)]) == 1
     await died(dead)
     return dead
 
 
-async def test_an_api_answer_of_a_deleted_user_is_let_go_and_the_scan_takes_the_next(alice, bob, settings):
-    from usage.models import UsageDay
-
-    api = await dead_api_answer(bob, settings)
-    dead = await a_dead_chat_answer(alice)
+async def test_an_api_answer_of_a_deleted_user_is_let_go_and_the_scan_takes_the_next(alice, bob):
+    api = await dead_api_answer(bob)
+    dead = await dead_chat_answer(alice)
     await bob.adelete()
     r = redis_client()
     [continued] = await takeover.scan(r, FakeEngine(["two."]))
@@ -333,13 +327,13 @@ async def test_an_api_answer_of_a_deleted_user_is_let_go_and_the_scan_takes_the_
     assert not await UsageDay.objects.filter(source="api").aexists()
 
 
-async def test_an_answer_whose_takeover_fails_leaves_the_others_taken(alice, bob, settings, monkeypatch):
+async def test_an_answer_whose_takeover_fails_leaves_the_others_taken(alice, bob, monkeypatch):
     def broken(r, claim, engine):
         raise RuntimeError("a taker's own failure")
 
     monkeypatch.setitem(takeover.TAKERS, "api", broken)
-    api = await dead_api_answer(bob, settings)
-    dead = await a_dead_chat_answer(alice)
+    api = await dead_api_answer(bob)
+    dead = await dead_chat_answer(alice)
     r = redis_client()
     [continued] = await takeover.scan(r, FakeEngine(["two."]))
     await asyncio.wait_for(continued.task, 10)
