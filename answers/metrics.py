@@ -54,6 +54,16 @@ ENGINE_WAITS = Counter(
     "Times an answer lost its engine mid-answer and waited to carry on with one that answers again.",
 )
 
+EVENT_LOOP_LAG = Gauge(
+    "web_event_loop_lag_seconds",
+    "How late the web process's event loop runs a timer, smoothed; sampled while answers run.",
+    multiprocess_mode="livemax",
+)
+FRAMES_PACED = Counter(
+    "chat_frames_paced_total",
+    "Frames held back while the web process was busy, so the next carried the tokens made meanwhile.",
+)
+
 
 def generation_started() -> None:
     """An answer began streaming; pair with generation_ended() in a `finally`."""
@@ -67,6 +77,14 @@ def generation_ended() -> None:
 def engine_lost() -> None:
     """An answer lost its engine and waits for one (answers.run)."""
     ENGINE_WAITS.inc()
+
+
+def loop_lag(seconds: float) -> None:
+    EVENT_LOOP_LAG.set(seconds)
+
+
+def frame_paced() -> None:
+    FRAMES_PACED.inc()
 
 
 def first_token(seconds: float) -> None:

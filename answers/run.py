@@ -25,7 +25,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
-from answers import admission, metrics, outcomes, ownership, watcher
+from answers import admission, metrics, outcomes, ownership, pacing, watcher
 from answers.deadlines import Deadlines
 from answers.outcomes import Outcome
 from answers.process import RUNNING
@@ -239,6 +239,7 @@ class AnswerRun:
         """Pass on the engine's tokens as they come, within the answer's time limits."""
         loop = asyncio.get_running_loop()
         clock = metrics.TokenClock(self._started)
+        pace = pacing.Pace()
         # aclosing: leaving the loop closes the engine stream at once, aborting the request.
         async with aclosing(self.engine.stream_chat(request)) as events:
             try:
@@ -261,6 +262,7 @@ class AnswerRun:
                     await self.token(r, seq, event.text)
                     redisconn.raise_if_cancelled()  # a stop or deadline during the write
                     deadlines.token_arrived()
+                    await pace.sent()
             finally:
                 clock.flush()
 

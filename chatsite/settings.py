@@ -358,6 +358,12 @@ CHAT_STALE_AFTER_SECONDS = env_float("CHAT_STALE_AFTER_SECONDS", 60.0, minimum=5
 CHAT_STREAM_MAX_ENTRIES = env_int("CHAT_STREAM_MAX_ENTRIES", 8192, minimum=64)
 CHAT_STREAM_TTL_SECONDS = env_int("CHAT_STREAM_TTL_SECONDS", 3600, minimum=10)
 CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=0.1)
+# With CHAT_BUSY_FRAME_SECONDS above 0, while a web process's event loop runs CHAT_BUSY_LAG_SECONDS late
+# or more, each of its answers sends at most one frame that often, carrying the tokens made meanwhile
+# (answers.pacing): the bound on the latency that adds to a token. Off by default: on the load test's
+# 600-user step it cut frames, not web CPU a token (docs/benchmarks.md, section 5).
+CHAT_BUSY_LAG_SECONDS = env_float("CHAT_BUSY_LAG_SECONDS", 0.005, minimum=0.0)
+CHAT_BUSY_FRAME_SECONDS = env_float("CHAT_BUSY_FRAME_SECONDS", 0.0, minimum=0.0, maximum=1.0)
 
 # The web process's bound on waiting work (httpkit.pending): past WEB_MAX_PENDING handshakes and
 # requests taken and not yet answered, the next is refused at once with `busy` (reason

@@ -31,6 +31,8 @@ COUNTERS = (
     "chat_turn_store_seconds_sum",
     "chat_turn_store_seconds_count",
     "chat_websocket_connections",
+    "chat_frames_paced_total",
+    "web_event_loop_lag_seconds",
 )
 
 
@@ -80,6 +82,7 @@ class Peaks:
     rss_bytes: int = 0
     sockets: float = 0
     engine_running: float = 0
+    loop_lag: float = 0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __enter__(self) -> "Peaks":
@@ -95,7 +98,9 @@ class Peaks:
         while not self._stop.wait(self.every):
             try:
                 self.rss_bytes = max(self.rss_bytes, sum(p.memory_info().rss for p in _processes(self.pids)))
-                self.sockets = max(self.sockets, _counters(self.base)["chat_websocket_connections"])
+                counters = _counters(self.base)
+                self.sockets = max(self.sockets, counters["chat_websocket_connections"])
+                self.loop_lag = max(self.loop_lag, counters["web_event_loop_lag_seconds"])
                 self.engine_running = max(self.engine_running, _engine_running(self.engine_url))
             except (httpx.HTTPError, psutil.Error):
                 continue
@@ -139,6 +144,10 @@ def figures(
         "answers_per_second": round(answers / seconds, 2),
         "tokens_per_second": round(tokens / seconds, 1),
         "frames_per_second": round(frames / seconds, 1),
+        # Frames an answer held back while the process was busy (answers.pacing), and the loop's lag
+        # at its most, sampled with the peaks.
+        "frames_paced_share": round(delta["chat_frames_paced_total"] / frames, 3) if frames else None,
+        "loop_lag_ms_peak": round(peaks.loop_lag * 1000, 1),
         "ttft_ms": {k: latency[k] for k in latency if k.endswith(" ttft")},
         "gap_ms": {k: latency[k] for k in latency if k.endswith(" gap")},
         "engine_running_peak": peaks.engine_running,
