@@ -294,6 +294,10 @@ EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 120.0, minimum=0.1)
 EMBEDDING_GPU_MEMORY_UTILIZATION = env_float(
     "EMBEDDING_GPU_MEMORY_UTILIZATION", 0.05, minimum=0.01, maximum=1.0
 )
+# The embedding engine's niceness (0-19), as INFERENCE_NICE is the chat engine's. On the 2-core host no
+# niceness (nor SCHED_IDLE) kept ingestion from slowing the chat engine's tokens (docs/benchmarks.md,
+# section 11): KNOWLEDGE_EMBED_BATCH_WHILE_CHAT does.
+EMBEDDING_NICE = env_int("EMBEDDING_NICE", 0, minimum=0, maximum=19)
 
 # The chat (chat/, answers/, conversations/).
 # What an answer is asked for.
@@ -592,9 +596,16 @@ KNOWLEDGE_CHUNK_OVERLAP = env_int("KNOWLEDGE_CHUNK_OVERLAP", 40, minimum=0)
 # A passage's windows: its sentences, at most this many tokens each, embedded beside it (0: none).
 KNOWLEDGE_WINDOW_TOKENS = env_int("KNOWLEDGE_WINDOW_TOKENS", 64, minimum=0, maximum=510)
 # Texts (passages and their windows) embedded and stored together, sent longest first in one request;
-# requests of fewer while chat answers stream.
+# requests of fewer while chat answers stream, or none: where the chat engine shares the CPU with the
+# embedding engine, any embedding beside it slowed its tokens about 3x whatever its priority, so there
+# indexing waits for chat to end (docs/benchmarks.md, section 11).
 KNOWLEDGE_EMBED_BATCH = env_int("KNOWLEDGE_EMBED_BATCH", 512, minimum=1)
-KNOWLEDGE_EMBED_BATCH_WHILE_CHAT = env_int("KNOWLEDGE_EMBED_BATCH_WHILE_CHAT", 8, minimum=1)
+KNOWLEDGE_EMBED_BATCH_WHILE_CHAT = env_int(
+    "KNOWLEDGE_EMBED_BATCH_WHILE_CHAT", 8 if shutil.which("nvidia-smi") else 0, minimum=0
+)
+# The longest indexing waits for chat to end (KNOWLEDGE_EMBED_BATCH_WHILE_CHAT 0) before a request of 8
+# texts goes anyway: a site whose chat never rests still indexes.
+KNOWLEDGE_CHAT_WAIT_SECONDS = env_float("KNOWLEDGE_CHAT_WAIT_SECONDS", 60.0, minimum=0.0)
 KNOWLEDGE_MAX_ATTEMPTS = env_int("KNOWLEDGE_MAX_ATTEMPTS", 3, minimum=1)
 KNOWLEDGE_LEASE_SECONDS = env_int("KNOWLEDGE_LEASE_SECONDS", 120, minimum=10)
 # Retrieval: passages a question gets, candidates each search ranks before they are fused, the

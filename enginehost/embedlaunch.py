@@ -30,7 +30,7 @@ class EmbeddingConfig:
     quantize: bool = False
     gpu_memory_utilization: float = 0.05
     api_key: str = ""
-    # Read by EngineProcess as the chat engine's is.
+    # The server's niceness (EMBEDDING_NICE), read by EngineProcess as the chat engine's is.
     nice: int = 0
 
     @classmethod
@@ -48,6 +48,7 @@ class EmbeddingConfig:
             quantize=settings.EMBEDDING_QUANTIZE,
             gpu_memory_utilization=settings.EMBEDDING_GPU_MEMORY_UTILIZATION,
             api_key=settings.INFERENCE_API_KEY,
+            nice=settings.EMBEDDING_NICE,
         )
 
     def check(self) -> None:

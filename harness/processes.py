@@ -85,6 +85,25 @@ def redis_answers(url: str) -> bool:
         return False
 
 
+def redis_data(url: str) -> Path:
+    """Where the bundled Redis on `url`'s port keeps its data (manage.py runredis: a folder a port)."""
+    return Path(os.environ.get("DATA_DIR") or ROOT / "var") / f"redis-{urlsplit(url).port}"
+
+
+def redis_started(url: str) -> subprocess.Popen:
+    """The bundled Redis on `url`, as `make run` starts it, once it answers: in a process group of its
+    own, so a test or a benchmark can SIGKILL it (stop_group) the way a lost machine ends it."""
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "runredis"],
+        cwd=ROOT,
+        env={**os.environ, "REDIS_URL": url},
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_for(lambda: redis_answers(url), 30, f"Redis at {url}")
+    return process
+
+
 @contextmanager
 def redis_serving(url: str, *, bundled: bool) -> Iterator[None]:
     """The Redis at `url`, once it answers. With `bundled`, it is first started the way `make run`
@@ -110,9 +129,8 @@ def redis_serving(url: str, *, bundled: bool) -> Iterator[None]:
             process.terminate()
             process.wait(10)
         if process is not None:
-            # Its data folder (manage.py runredis: one a port) goes with it: nothing in it outlives the run.
-            data = Path(os.environ.get("DATA_DIR") or ROOT / "var") / f"redis-{urlsplit(url).port}"
-            shutil.rmtree(data, ignore_errors=True)
+            # Its data folder goes with it: nothing in it outlives the run.
+            shutil.rmtree(redis_data(url), ignore_errors=True)
 
 
 def stop_group(process: subprocess.Popen, how: signal.Signals, seconds: float) -> None:

@@ -5,8 +5,9 @@ embedded once.
 
 It runs below chat: while chat answers stream (answers.admission's count, across web processes)
 requests shrink to KNOWLEDGE_EMBED_BATCH_WHILE_CHAT texts, so the embedding engine never holds the
-host's cores for long while a reader waits for tokens. A run stops claiming at its deadline and returns
-"continue" so the task queues the rest, as bulk jobs do.
+host's cores for long while a reader waits for tokens; at 0 (the default without a GPU) indexing waits
+for chat to end, holding its document's lease, and past the run's deadline gives the document back. A run
+stops claiming at its deadline and returns "continue" so the task queues the rest, as bulk jobs do.
 """
 
 import asyncio
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 # One run a collection: a duplicate task (a redelivery, the sweep) leaves while the holder lives;
 # a dead holder's key expires after this long and the sweep queues the collection again.
 LOCK_SECONDS = 30
+# How often a run waiting for chat to end asks whether it has.
+CHAT_POLL_SECONDS = 0.25
 
 
 class IndexerLock:
@@ -71,8 +74,33 @@ async def _batch_size(r) -> int:
     try:
         busy = await active_count(r) > 0
     except Exception:  # Redis away: be gentle, not stuck
-        busy = True
+        return max(settings.KNOWLEDGE_EMBED_BATCH_WHILE_CHAT, 1)
     return settings.KNOWLEDGE_EMBED_BATCH_WHILE_CHAT if busy else settings.KNOWLEDGE_EMBED_BATCH
+
+
+# What a request holds once indexing has waited KNOWLEDGE_CHAT_WAIT_SECONDS for chat to end: a site whose
+# chat never rests still indexes, a few texts at a time.
+STARVED_BATCH = 8
+
+
+async def _request_size(r, document: Document, worker: str, deadline: float) -> int:
+    """Texts the next request may hold; where that is 0 while chat streams, wait for chat to end, the
+    document's lease renewed meanwhile, for KNOWLEDGE_CHAT_WAIT_SECONDS at most (then STARVED_BATCH).
+    0: the run's deadline came first, or the lease was lost."""
+    renewed = began = time.monotonic()
+    while not (size := await _batch_size(r)):
+        if time.monotonic() >= deadline:
+            return 0
+        if time.monotonic() - began >= settings.KNOWLEDGE_CHAT_WAIT_SECONDS:
+            return STARVED_BATCH
+        if time.monotonic() - renewed >= settings.KNOWLEDGE_LEASE_SECONDS / 3:
+            if not await database_sync_to_async(claims.document_renew)(
+                document_id=document.pk, worker=worker
+            ):
+                return 0
+            renewed = time.monotonic()
+        await asyncio.sleep(CHAT_POLL_SECONDS)
+    return size
 
 
 class Embedded:
@@ -129,19 +157,22 @@ async def _text(document: Document) -> str:
     return await document_text(bytes(document.source), document.format, page_breaks=True)
 
 
-async def index_document(document: Document, *, worker: str, embedder, r, lock: IndexerLock) -> None:
-    """Read, chunk, embed and store one held document; it ends ready, failed or given back."""
+async def index_document(
+    document: Document, *, worker: str, embedder, r, lock: IndexerLock, deadline: float = float("inf")
+) -> bool:
+    """Read, chunk, embed and store one held document; it ends ready, failed or given back. False: given
+    back at `deadline` while chat streamed (KNOWLEDGE_EMBED_BATCH_WHILE_CHAT=0), for a later run."""
     try:
         text = await _text(document)
     except DocumentError as exc:
         await database_sync_to_async(claims.document_fail)(
             document_id=document.pk, worker=worker, error=str(exc), final=True
         )
-        return
+        return True
     if not document.text and not await database_sync_to_async(claims.document_text_store)(
         document_id=document.pk, worker=worker, text=text
     ):
-        return
+        return True
     pieces = await asyncio.to_thread(chunking.pieces, text)
     chunker = chunking.chunker_id()
     stored = await database_sync_to_async(claims.document_chunker_set)(
@@ -159,21 +190,25 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
         if not await lock.refresh():
             # The run lost its lock (paused past it): another run goes on with this document.
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
-            return
+            return True
         batch, todo = _batch(todo, settings.KNOWLEDGE_EMBED_BATCH, known)
         # Longest first, so each request (and each forward pass) holds texts of about one length:
         # a passage's sentences are not padded to the length of the passage.
         texts = sorted(_new_texts(batch, known), key=len, reverse=True)
         try:
             while texts:
-                size = await _batch_size(r)
+                if not (size := await _request_size(r, document, worker, deadline)):
+                    await database_sync_to_async(claims.document_release)(
+                        document_id=document.pk, worker=worker
+                    )
+                    return False
                 known.add(texts[:size], await embedder.aembed(texts[:size], priority="bulk"))
                 texts = texts[size:]
                 # A batch in small requests on a loaded host can outlast the lease it was claimed with.
                 if texts and not await database_sync_to_async(claims.document_renew)(
                     document_id=document.pk, worker=worker
                 ):
-                    return  # another worker holds it now
+                    return True  # another worker holds it now
         except EngineError as exc:
             log.warning("document %s: embedding engine unavailable (%s); given back", document.pk, exc)
             await database_sync_to_async(claims.document_release)(document_id=document.pk, worker=worker)
@@ -185,8 +220,9 @@ async def index_document(document: Document, *, worker: str, embedder, r, lock: 
             chunker=chunker,
             rows=known.rows(batch),
         ):
-            return  # another worker holds it now
+            return True  # another worker holds it now
     await database_sync_to_async(claims.document_finish)(document_id=document.pk, worker=worker)
+    return True
 
 
 async def index_collection(*, collection_id: int, worker: str, seconds: float) -> str:
@@ -211,7 +247,10 @@ async def index_collection(*, collection_id: int, worker: str, seconds: float) -
             if document is None:
                 return "done"
             try:
-                await index_document(document, worker=worker, embedder=embedder, r=r, lock=lock)
+                if not await index_document(
+                    document, worker=worker, embedder=embedder, r=r, lock=lock, deadline=deadline
+                ):
+                    return "continue"
             except EngineError:
                 return "engine_unavailable"
         return "continue"

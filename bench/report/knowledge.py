@@ -4,6 +4,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from bench.report import ingest
 from bench.report.blocks import fmt, table, verdict
 
 STORES = {
@@ -141,7 +142,7 @@ def section(result: dict, folder: Path) -> str:
             f"{verdict(modes['hybrid']['recall_at_5'] >= 0.9)}.",
             *_embedding_cost(facts.get("embedding_cost")),
         ]
-    parts += _pdf(result.get("pdf")) + _prefix(result.get("prefix"))
+    parts += _pdf(result.get("pdf")) + ingest.parts(folder) + _prefix(result.get("prefix"))
     return "\n\n".join(parts)
 
 

@@ -20,6 +20,8 @@ MODULES = [
     "bench_binding",
     "bench_embeddings",
     "bench_knowledge",
+    "bench_knowledge_ingest",
+    "bench_knowledge_chat",
     "bench_chat_path",
     "bench_side_by_side",
 ]

@@ -1,5 +1,5 @@
 """runembeddings' launcher (enginehost.embedlaunch): each runner's command from the settings, the
-key guard, the child's environment, and a configuration that cannot start."""
+key guard, the child's environment and niceness, and a configuration that cannot start."""
 
 from dataclasses import replace
 from io import StringIO
@@ -63,6 +63,12 @@ def test_the_server_gets_the_key_and_only_what_an_engine_reads(monkeypatch, runn
     assert "SECRET_KEY" not in env and "DATABASE_URL" not in env
     assert env["OMP_NUM_THREADS"] == "2"
     assert "INFERENCE_API_KEY" not in config(runner=runner, api_key="").environment()
+
+
+def test_the_server_runs_at_the_settings_niceness():
+    assert EmbeddingConfig.from_settings(settings).nice == settings.EMBEDDING_NICE
+    with override_settings(EMBEDDING_NICE=7):
+        assert EmbeddingConfig.from_settings(settings).nice == 7
 
 
 def test_a_missing_model_names_the_command_that_prepares_it(tmp_path):

@@ -1,11 +1,15 @@
 """Documents into a collection: stored once by content, read, chunked, embedded and stored once each,
-an interrupted document finished without embedding its stored chunks again, quotas refused whole."""
+an interrupted document finished without embedding its stored chunks again, indexing waiting while chat
+streams, quotas refused whole."""
 
 import asyncio
+import time
 from datetime import timedelta
 
 import numpy as np
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
@@ -16,6 +20,7 @@ from httpkit.errors import Refusal
 from inference.engine import embedding_client
 from knowledge import chunking, claims, fulltext, indexing, services, vectors
 from knowledge.models import Chunk, Document, Window
+from redisconn.keys import CHAT_ACTIVE
 from tests.support.jobs_pdf import pdf_with_text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
@@ -120,6 +125,43 @@ def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks
         document_id=held.pk, collection_id=collection.pk, worker="dead/1", chunker="x", rows=[]
     )
     assert not claims.document_finish(document_id=held.pk, worker="dead/1")
+
+
+def test_while_chat_streams_indexing_waits_and_gives_its_document_back_at_the_runs_deadline(collection):
+    services.documents_add(collection=collection, uploads=[upload("long.txt", long_text("leave"))])
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.zadd(CHAT_ACTIVE, {"answer-streaming": time.time() + 60})
+    embedder = CountingEmbedder()
+    real, indexing.embedding_client = indexing.embedding_client, lambda: embedder
+    try:
+        with override_settings(KNOWLEDGE_EMBED_BATCH_WHILE_CHAT=0):
+            outcome = asyncio.run(
+                indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=1)
+            )
+    finally:
+        indexing.embedding_client = real
+        client.zrem(CHAT_ACTIVE, "answer-streaming")
+    document = Document.objects.get(collection=collection)
+    assert outcome == "continue" and embedder.texts == []
+    # Given back whole, no attempt spent: chat ended, the next run indexes it.
+    assert (document.status, document.claimed_by, document.attempts) == (Document.Status.PENDING, "", 0)
+    assert index(collection.pk) == "done"
+
+
+@override_settings(KNOWLEDGE_EMBED_BATCH_WHILE_CHAT=0, KNOWLEDGE_CHAT_WAIT_SECONDS=0.5)
+def test_indexing_that_waited_its_longest_for_chat_sends_a_few_texts_all_the_same(collection):
+    services.documents_add(collection=collection, uploads=[upload("long.txt", long_text("leave"))])
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.zadd(CHAT_ACTIVE, {"answer-streaming": time.time() + 60})
+    embedder = CountingEmbedder()
+    real, indexing.embedding_client = indexing.embedding_client, lambda: embedder
+    try:
+        asyncio.run(indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=3))
+    finally:
+        indexing.embedding_client = real
+        client.zrem(CHAT_ACTIVE, "answer-streaming")
+    # A request of 8 texts at most after each half second of waiting: some, never more.
+    assert embedder.requests and all(len(texts) <= indexing.STARVED_BATCH for texts in embedder.requests)
 
 
 @override_settings(KNOWLEDGE_EMBED_BATCH=40)

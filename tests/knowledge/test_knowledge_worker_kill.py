@@ -2,12 +2,8 @@
 (with beat, whose sweep queues again what the lost tasks left) on a Redis of its own, and the real
 embedding engine, whose own counter of texts embedded shows that no stored passage was embedded twice."""
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db.models import Count, F, Sum
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.processes import ROOT, free_port, redis_answers
+from harness.processes import free_port, redis_data, redis_started, stop_group
 from harness.waiting import wait_for
 from knowledge import chunking, services
 from knowledge.models import Chunk, Document
@@ -44,30 +40,15 @@ def texts_embedded() -> int:
     )
 
 
-def start_redis(url: str) -> subprocess.Popen:
-    """The bundled Redis as `make run` starts it, in a process group of its own to SIGKILL."""
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "runredis"],
-        cwd=ROOT,
-        env={**os.environ, "REDIS_URL": url},
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    wait_for(lambda: redis_answers(url), 30, f"Redis at {url}")
-    return process
-
-
-def kill(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(10)
+def kill(process) -> None:
+    stop_group(process, signal.SIGKILL, 10)
 
 
 def test_no_document_is_lost_or_embedded_twice_when_the_worker_and_redis_are_killed(tmp_path, alice):
     port = free_port()
     redis_url = f"redis://:kill-{free_port()}@127.0.0.1:{port}/0"
-    data = Path(os.environ.get("DATA_DIR") or ROOT / "var") / f"redis-{port}"  # where runredis keeps it
-    redis_process = start_redis(redis_url)
+    data = redis_data(redis_url)
+    redis_process = redis_started(redis_url)
     worker = CeleryWorker(
         "http://127.0.0.1:1",  # no chat engine: indexing needs only the embedding engine
         beat_schedule=tmp_path / "beat-schedule",
@@ -95,7 +76,7 @@ def test_no_document_is_lost_or_embedded_twice_when_the_worker_and_redis_are_kil
         stored_at_kill = stored()
         assert Document.objects.filter(collection=collection).exclude(status="ready").exists()
 
-        redis_process = start_redis(redis_url)
+        redis_process = redis_started(redis_url)
         worker.start()
         wait_for(
             lambda: not Document.objects.filter(collection=collection).exclude(status="ready").exists(),
