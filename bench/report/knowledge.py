@@ -4,8 +4,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from bench.report import ingest
 from bench.report.blocks import fmt, table, verdict
+from bench.report.ingest import parts as ingest_parts
 
 STORES = {
     "sqlite": "SQLite, exact",
@@ -142,7 +142,7 @@ def section(result: dict, folder: Path) -> str:
             f"{verdict(modes['hybrid']['recall_at_5'] >= 0.9)}.",
             *_embedding_cost(facts.get("embedding_cost")),
         ]
-    parts += _pdf(result.get("pdf")) + ingest.parts(folder) + _prefix(result.get("prefix"))
+    parts += _pdf(result.get("pdf")) + ingest_parts(folder) + _prefix(result.get("prefix"))
     return "\n\n".join(parts)
 
 
