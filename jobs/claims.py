@@ -155,6 +155,13 @@ def documents_record(*, worker: str, outcomes: Sequence[Outcome]) -> int:
     result and its owner's usage, failed attempts, documents given back. Returns the results
     written: an answered document that already had one (a duplicate delivery) gets none and bills
     nothing."""
+    # Every row it touches locked first, in id order, as a cancel locks them (jobs.services.job_cancel).
+    list(
+        Document.objects.select_for_update()
+        .filter(pk__in=[o.document_id for o in outcomes])
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     done = {o.document_id: o for o in outcomes if isinstance(o, Done)}
     created = _documents_complete(done) if done else 0
     for outcome in outcomes:

@@ -129,9 +129,11 @@ def job_cancel(*, job: Job) -> Job:
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.status not in (*Job.ACTIVE, Job.Status.DRAFT):
         return job
-    job.documents.filter(status__in=[Document.Status.PENDING, Document.Status.RUNNING]).update(
-        status=Document.Status.CANCELLED, claimed_by="", lease_until=None
-    )
+    unfinished = job.documents.filter(status__in=[Document.Status.PENDING, Document.Status.RUNNING])
+    # Locked in id order, as a runner recording its documents locks them (jobs.claims): two
+    # transactions that take the same rows in different orders deadlock.
+    ids = list(unfinished.select_for_update().order_by("pk").values_list("pk", flat=True))
+    unfinished.filter(pk__in=ids).update(status=Document.Status.CANCELLED, claimed_by="", lease_until=None)
     job.status = Job.Status.CANCELLED
     job.finished_at = timezone.now()
     job.save(update_fields=["status", "finished_at"])
