@@ -182,10 +182,9 @@ def documents_record(*, worker: str, outcomes: Sequence[Outcome]) -> int:
 
 
 def _documents_complete(done: dict[int, Done]) -> int:
-    # Locked first, so a stale runner recording the same documents waits here and then sees the results.
-    rows = list(
-        Document.objects.select_for_update().filter(pk__in=done).order_by("pk").values_list("pk", "job_id")
-    )
+    # Locked by documents_record, so a stale runner recording the same documents waits there and then
+    # sees the results here.
+    rows = list(Document.objects.filter(pk__in=done).order_by("pk").values_list("pk", "job_id"))
     existing = set(Result.objects.filter(document_id__in=done).values_list("document_id", flat=True))
     new = [(pk, job_id, done[pk]) for pk, job_id in rows if pk not in existing]
     Result.objects.bulk_create(

@@ -127,20 +127,24 @@ def test_an_interrupted_document_is_finished_without_embedding_its_stored_chunks
     assert not claims.document_finish(document_id=held.pk, worker="dead/1")
 
 
-def test_while_chat_streams_indexing_waits_and_gives_its_document_back_at_the_runs_deadline(collection):
+def indexed_while_chat_streams(collection, seconds: float) -> tuple[str, CountingEmbedder]:
+    """A run of `seconds` over the collection with a long document, an answer streaming throughout."""
     services.documents_add(collection=collection, uploads=[upload("long.txt", long_text("leave"))])
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.zadd(CHAT_ACTIVE, {"answer-streaming": time.time() + 60})
     embedder = CountingEmbedder()
     real, indexing.embedding_client = indexing.embedding_client, lambda: embedder
     try:
-        with override_settings(KNOWLEDGE_EMBED_BATCH_WHILE_CHAT=0):
-            outcome = asyncio.run(
-                indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=1)
-            )
+        run = indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=seconds)
+        return asyncio.run(run), embedder
     finally:
         indexing.embedding_client = real
         client.zrem(CHAT_ACTIVE, "answer-streaming")
+
+
+@override_settings(KNOWLEDGE_EMBED_BATCH_WHILE_CHAT=0)
+def test_while_chat_streams_indexing_waits_and_gives_its_document_back_at_the_runs_deadline(collection):
+    outcome, embedder = indexed_while_chat_streams(collection, seconds=1)
     document = Document.objects.get(collection=collection)
     assert outcome == "continue" and embedder.texts == []
     # Given back whole, no attempt spent: chat ended, the next run indexes it.
@@ -150,16 +154,7 @@ def test_while_chat_streams_indexing_waits_and_gives_its_document_back_at_the_ru
 
 @override_settings(KNOWLEDGE_EMBED_BATCH_WHILE_CHAT=0, KNOWLEDGE_CHAT_WAIT_SECONDS=0.5)
 def test_indexing_that_waited_its_longest_for_chat_sends_a_few_texts_all_the_same(collection):
-    services.documents_add(collection=collection, uploads=[upload("long.txt", long_text("leave"))])
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.zadd(CHAT_ACTIVE, {"answer-streaming": time.time() + 60})
-    embedder = CountingEmbedder()
-    real, indexing.embedding_client = indexing.embedding_client, lambda: embedder
-    try:
-        asyncio.run(indexing.index_collection(collection_id=collection.pk, worker="test/1", seconds=3))
-    finally:
-        indexing.embedding_client = real
-        client.zrem(CHAT_ACTIVE, "answer-streaming")
+    _, embedder = indexed_while_chat_streams(collection, seconds=3)
     # A request of 8 texts at most after each half second of waiting: some, never more.
     assert embedder.requests and all(len(texts) <= indexing.STARVED_BATCH for texts in embedder.requests)
 
