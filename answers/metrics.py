@@ -63,6 +63,10 @@ FRAMES_PACED = Counter(
     "chat_frames_paced_total",
     "Frames held back while the web process was busy, so the next carried the tokens made meanwhile.",
 )
+BUSY_STREAM_INTERVAL = Counter(
+    "chat_busy_stream_interval_total",
+    "Answers that started while the web process was busy and asked the engine for several tokens an event.",
+)
 
 
 def generation_started() -> None:
@@ -85,6 +89,10 @@ def loop_lag(seconds: float) -> None:
 
 def frame_paced() -> None:
     FRAMES_PACED.inc()
+
+
+def stream_interval_asked() -> None:
+    BUSY_STREAM_INTERVAL.inc()
 
 
 def first_token(seconds: float) -> None:

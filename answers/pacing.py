@@ -9,6 +9,10 @@ go out together in the next frame. That interval bounds the latency added to a t
 keeps up sends each token as it comes, and an answer's first token never waits. Off by default
 (CHAT_BUSY_FRAME_SECONDS 0): where the process's cost a token is mostly reading the engine's events, one
 a token, fewer frames save little (docs/benchmarks.md, section 5).
+
+That read is what CHAT_BUSY_STREAM_INTERVAL cuts: an answer that starts while the loop runs late asks the
+engine for that many tokens an event (vLLM's per-request stream_interval), so the engine sends, and this
+process reads, parses and passes on, one event where it would have sent that many.
 """
 
 import asyncio
@@ -57,6 +61,16 @@ class LoopLag:
 
 
 lag = PerLoop(LoopLag)
+
+
+def stream_interval() -> int:
+    """Tokens an engine event for an answer starting now: CHAT_BUSY_STREAM_INTERVAL while the loop runs
+    late, else 1. The engine then sends an answer's tokens in fewer events, so its process reads fewer."""
+    interval = settings.CHAT_BUSY_STREAM_INTERVAL
+    if interval > 1 and lag().busy():
+        metrics.stream_interval_asked()
+        return interval
+    return 1
 
 
 class Pace:

@@ -19,6 +19,7 @@ remaining budget.
 import asyncio
 import logging
 from contextlib import aclosing
+from dataclasses import replace
 
 import redis.asyncio as aioredis
 from django.conf import settings
@@ -240,6 +241,9 @@ class AnswerRun:
         loop = asyncio.get_running_loop()
         clock = metrics.TokenClock(self._started)
         pace = pacing.Pace()
+        interval = pacing.stream_interval()
+        if interval != request.stream_interval:
+            request = replace(request, stream_interval=interval)
         # aclosing: leaving the loop closes the engine stream at once, aborting the request.
         async with aclosing(self.engine.stream_chat(request)) as events:
             try:

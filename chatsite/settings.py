@@ -368,6 +368,10 @@ CHAT_STREAM_BLOCK_SECONDS = env_float("CHAT_STREAM_BLOCK_SECONDS", 5.0, minimum=
 # 600-user step it cut frames, not web CPU a token (docs/benchmarks.md, section 5).
 CHAT_BUSY_LAG_SECONDS = env_float("CHAT_BUSY_LAG_SECONDS", 0.005, minimum=0.0)
 CHAT_BUSY_FRAME_SECONDS = env_float("CHAT_BUSY_FRAME_SECONDS", 0.0, minimum=0.0, maximum=1.0)
+# An answer that starts while its process is that late asks the engine for this many tokens an event
+# (vLLM's stream_interval; its first and last tokens come at once): fewer events to read a token, at
+# most this many tokens' time added to a token's wait. 1: an event a token, always.
+CHAT_BUSY_STREAM_INTERVAL = env_int("CHAT_BUSY_STREAM_INTERVAL", 1, minimum=1, maximum=64)
 
 # The web process's bound on waiting work (httpkit.pending): past WEB_MAX_PENDING handshakes and
 # requests taken and not yet answered, the next is refused at once with `busy` (reason

@@ -3,7 +3,8 @@ HTTP, doing on demand what no real engine does.
 
 It answers `/health`, `/tokenize`, `/metrics`, `/v1/models` and `/v1/chat/completions` (every other
 path is not found, `/workers` included: an engine is no router). Every chat gets `text`, `chunk`
-characters a delta, or else `max_tokens` one-word deltas, each its own SSE event in its own write,
+characters a delta, or else `max_tokens` one-word deltas, each its own SSE event in its own write
+(or `stream_interval` deltas an event, as vLLM sends them when a request asks),
 `interval` seconds apart (0: as fast as it can, yielding to the other answers between deltas), ended
 with a finish reason and the usage; a chat that does not stream gets them in one reply once the
 deltas' time has passed. `fault` makes every chat fail instead:
@@ -220,17 +221,23 @@ class StandInEngine:
             )
 
         texts, finish_reason = self.deltas(body)
-        # One event a text, encoded once and sent as often as it comes: the benchmarks' CPU is the web tier's.
-        encoded = {text: delta(text) for text in set(texts)}
-        deltas = [encoded[text] for text in texts]
+        # vLLM's stream_interval: the first delta at once, then one event every that many, the last at once.
+        every = max(int(body.get("stream_interval") or 1), 1)
+        # Each event encoded once and sent as often as it comes: the benchmarks' CPU is the web tier's.
+        encoded: dict[str, bytes] = {}
+        held: list[str] = []
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         self.running += 1
         try:
-            for event in deltas:
-                writer.write(event)
+            for made, text in enumerate(texts, 1):
+                held.append(text)
                 self.tokens += 1
+                if made == 1 or len(held) >= every or made == len(texts):
+                    joined = "".join(held)
+                    writer.write(encoded.get(joined) or encoded.setdefault(joined, delta(joined)))
+                    held.clear()
                 # Each delta its own write, other answers' writes between: a reader that keeps up
                 # gets one event a read; only one that falls behind finds several waiting.
                 await asyncio.sleep(self.pace())
@@ -243,7 +250,7 @@ class StandInEngine:
                 writer.write(_event(self.fault.body))
             else:
                 finish = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
-                writer.write(_event(finish) + _event({**base, "choices": [], "usage": self.usage(deltas)}))
+                writer.write(_event(finish) + _event({**base, "choices": [], "usage": self.usage(texts)}))
         finally:
             self.running -= 1
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")

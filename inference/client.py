@@ -54,6 +54,8 @@ class ChatRequest:
     # spares the engine an event per token: one TextDelta, then the Completion. No read timeout
     # bounds the wait; the bulk task's time limit does.
     whole: bool = False
+    # Tokens an event of the streamed answer (vLLM's stream_interval; first and last at once); 1: each.
+    stream_interval: int = 1
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,8 @@ class OpenAIEngineClient:
         if not request.whole:
             # Usage on every chunk: the first tells the prompt's size, whenever the answer ends.
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+            if request.stream_interval > 1:
+                body["stream_interval"] = request.stream_interval
         if request.cache_salt:
             body["cache_salt"] = request.cache_salt
         if request.min_tokens:

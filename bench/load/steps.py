@@ -32,6 +32,7 @@ COUNTERS = (
     "chat_turn_store_seconds_count",
     "chat_websocket_connections",
     "chat_frames_paced_total",
+    "chat_busy_stream_interval_total",
     "web_event_loop_lag_seconds",
 )
 
@@ -148,6 +149,10 @@ def figures(
         # at its most, sampled with the peaks.
         "frames_paced_share": round(delta["chat_frames_paced_total"] / frames, 3) if frames else None,
         "loop_lag_ms_peak": round(peaks.loop_lag * 1000, 1),
+        # Answers that asked the engine for several tokens an event, started while the process was busy.
+        "busy_stream_interval_share": round(delta["chat_busy_stream_interval_total"] / answers, 3)
+        if answers
+        else None,
         "ttft_ms": {k: latency[k] for k in latency if k.endswith(" ttft")},
         "gap_ms": {k: latency[k] for k in latency if k.endswith(" gap")},
         "engine_running_peak": peaks.engine_running,

@@ -78,3 +78,26 @@ async def test_the_loop_is_busy_while_callbacks_run_late_and_idle_again_after(se
     assert lag.busy() and lag.seconds >= 0.005
     await asyncio.sleep(0.5)
     assert not lag.busy()
+
+
+@pytest.mark.parametrize("busy", [True, False])
+async def test_an_answer_started_while_busy_asks_for_several_tokens_an_engine_event(alice, settings, busy):
+    settings.CHAT_BUSY_STREAM_INTERVAL = 4
+    settings.CHAT_BUSY_LAG_SECONDS = 0.0 if busy else 10.0
+    engine = StandInEngine(interval=INTERVAL, record=True)
+    with serving(engine) as url:
+        frames, _, message = await followed_frames(alice, url)
+
+    ((_, body),) = engine.requests
+    tokens = [frame for frame in frames if frame["type"] == "chat.token"]
+    assert [frame["seq"] for frame in tokens] == list(range(len(tokens)))
+    assert "".join(frame["text"] for frame in tokens) == message.content == WORD * TOKENS
+    if busy:
+        assert body["stream_interval"] == 4
+        # The first token at once, then events of 4: 16 at most, fewer where the loop read two together.
+        assert len(tokens[0]["text"]) == len(WORD)
+        assert len(tokens) <= 1 + -(-(TOKENS - 1) // 4), len(tokens)
+        assert all(len(frame["text"]) % (4 * len(WORD)) == 0 for frame in tokens[1:-1])
+    else:
+        assert "stream_interval" not in body
+        assert len(tokens) >= TOKENS * 2 // 3, len(tokens)

@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
+import httpx
 import pytest
+from django.conf import settings
 
 from harness.stand_in_engine import CUT, STALL, ErrorEvent, Refusal, StandInEngine, serving
 from inference import client as client_module
@@ -181,3 +183,30 @@ async def test_the_token_timeout_counts_from_the_last_chunk_not_the_answers_star
     deltas = [event.text for event in events if isinstance(event, TextDelta)]
     assert len(deltas) == 12 and "".join(deltas) == " ".join("abcdefghijkl") + " "
     assert isinstance(events[-1], Completion)
+
+
+async def test_vllm_sends_an_answer_in_the_events_of_the_stream_interval_asked(engine_url):
+    """The real engine takes the stream_interval the product asks of it while busy (answers.pacing):
+    the first token at once, then an event every 8; the client's answer and counts are the same."""
+    model = settings.INFERENCE_MODEL_NAME
+    engine = OpenAIEngineClient(engine_url, model, connect_timeout=5, token_timeout=120)
+    question = [{"role": "user", "content": "Count from one to one hundred in words."}]
+    asked = ChatRequest(messages=question, max_tokens=25, min_tokens=25, temperature=0, stream_interval=8)
+    try:
+        events = []
+        async with httpx.AsyncClient(timeout=120) as http:
+            body = engine._chat_body(asked)
+            assert body["stream_interval"] == 8
+            async with http.stream("POST", f"{engine_url}/v1/chat/completions", json=body) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        choices = json.loads(line[6:])["choices"]
+                        if choices and choices[0]["delta"].get("content"):
+                            events.append(choices[0]["delta"]["content"])
+        # 25 tokens: 1, 8, 8, 8 (vLLM holds the rest of an interval until the answer ends).
+        assert 2 <= len(events) <= 5, events
+        answer = [event async for event in engine.stream_chat(asked)]
+    finally:
+        await engine.aclose()
+    assert "".join(e.text for e in answer if isinstance(e, TextDelta)) == "".join(events)
+    assert answer[-1].completion_tokens == 25
