@@ -167,6 +167,13 @@ def document_release(*, document_id: int, worker: str) -> bool:
     )
 
 
+def documents_rechunk(chunker: str) -> int:
+    """Ready documents chunked by another chunker (the chunk, window or embedding settings changed) wait to
+    be indexed again; their passages stay searchable until the new chunker's replace them. How many."""
+    ready = Document.objects.filter(status=Document.Status.READY).exclude(chunker=chunker)
+    return ready.update(status=Document.Status.PENDING)
+
+
 def collections_waiting() -> list[int]:
     """Collections with documents no live worker holds: what the sweep queues again."""
     now = timezone.now()

@@ -74,7 +74,7 @@ def passages(
         chunk.pk: chunk
         for chunk in Chunk.objects.filter(pk__in=best)
         .select_related("document")
-        .only("id", "document_id", "collection_id", "position", "page", "text", "document__name")
+        .only("id", "document_id", "collection_id", "position", "page", "text", "tokens", "document__name")
     }
     return [
         Passage(

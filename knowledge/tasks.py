@@ -3,7 +3,8 @@
 Their Celery options are every bulk task's (bulkqueue). Delivery is at least once (acks_late): a task run
 twice is safe because documents are claimed under leases and chunks are written once (knowledge.claims). A
 killed worker's documents wait out their lease (KNOWLEDGE_LEASE_SECONDS); a task lost with Redis is queued
-again by the sweep, which beat runs every KNOWLEDGE_SWEEP_SECONDS.
+again by the sweep, which beat runs every KNOWLEDGE_SWEEP_SECONDS. The sweep also sends back to indexing the
+documents a changed chunker would cut otherwise (knowledge.chunking.chunker_id).
 """
 
 import asyncio
@@ -14,7 +15,7 @@ import uuid
 from celery import shared_task
 
 import bulkqueue
-from knowledge import claims, indexing
+from knowledge import chunking, claims, indexing
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,9 @@ def collection_index(self, collection_id: int) -> str:
 
 @shared_task(**bulkqueue.SHORT_TASK_OPTIONS)
 def knowledge_sweep() -> list[int]:
-    """Queue every collection with documents no live worker holds."""
+    """Queue every collection with documents no live worker holds, a new chunker's re-indexing included."""
+    if again := claims.documents_rechunk(chunking.chunker_id()):
+        log.info("%d documents to index again with chunker %s", again, chunking.chunker_id())
     waiting = claims.collections_waiting()
     for collection_id in waiting:
         collection_index.delay(collection_id)

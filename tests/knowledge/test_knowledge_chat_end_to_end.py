@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from conversations import services as conversation_services
@@ -41,37 +42,32 @@ def conversation_for(user, *collections: Collection) -> int:
     return conversation.pk
 
 
+def asked(ws, conversation: int, content: str = "How many vacation days do I get?") -> tuple[dict, dict]:
+    """One question on an open socket: its started frame and its end."""
+    send(ws, {"type": "chat.send", "conversation": conversation, "content": content})
+    started, _, done = collect_answer(ws)
+    assert done["type"] == "chat.done", done
+    return started, done
+
+
+def ask(ws_url: str, origin: str, user, conversation: int) -> tuple[dict, dict]:
+    with open_chat(ws_url, origin, user) as ws:
+        return asked(ws, conversation)
+
+
 def test_an_answer_names_its_sources_and_a_follow_up_is_served_from_the_prefix_cache(
     ws_url, origin, alice, handbook
 ):
     conversation = conversation_for(alice, handbook)
     with open_chat(ws_url, origin, alice) as ws:
-        send(
-            ws,
-            {
-                "type": "chat.send",
-                "conversation": conversation,
-                "content": "How many vacation days do I get?",
-            },
-        )
-        started, _, done = collect_answer(ws)
-        assert done["type"] == "chat.done", done
+        started, done = asked(ws, conversation)
         sources = done["sources"]
         assert [s["n"] for s in sources] == list(range(1, len(sources) + 1))
         assert "leave.txt" in {s["document_name"] for s in sources}
         assert all(s["collection"] == handbook.pk for s in sources)
         assert Quote.objects.filter(message_id=started["user_message"], new=True).count() == len(sources)
 
-        send(
-            ws,
-            {
-                "type": "chat.send",
-                "conversation": conversation,
-                "content": "Do unused vacation days carry over?",
-            },
-        )
-        second, _, follow_up = collect_answer(ws)
-        assert follow_up["type"] == "chat.done", follow_up
+        second, follow_up = asked(ws, conversation, "Do unused vacation days carry over?")
         # The same passages: cited by their numbers, quoted again nowhere, so the prompt only grew.
         assert {s["n"] for s in follow_up["sources"]} & {s["n"] for s in sources}
         assert not Quote.objects.filter(message_id=second["user_message"], new=True).exists()
@@ -90,16 +86,23 @@ def test_a_question_never_retrieves_from_a_collection_its_asker_cannot_read(ws_u
     conversation = conversation_for(bob, handbook)
     handbook.visibility = Collection.Visibility.PRIVATE
     handbook.save()
-    with open_chat(ws_url, origin, bob) as ws:
-        send(
-            ws,
-            {
-                "type": "chat.send",
-                "conversation": conversation,
-                "content": "How many vacation days do I get?",
-            },
-        )
-        started, _, done = collect_answer(ws)
-    assert done["type"] == "chat.done", done
+    started, done = ask(ws_url, origin, bob, conversation)
+    assert "sources" not in done
+    assert not Quote.objects.filter(message_id=started["user_message"]).exists()
+
+
+def test_a_groups_collection_answers_its_members_and_nobody_once_they_leave(ws_url, origin, alice, handbook):
+    hr = Group.objects.create(name="hr")
+    dana = get_user_model().objects.create_user("dana", password="pw-dana-123456")
+    dana.groups.add(hr)
+    handbook.visibility = Collection.Visibility.GROUPS
+    handbook.save()
+    handbook.groups.add(hr)
+    conversation = conversation_for(dana, handbook)
+    _, done = ask(ws_url, origin, dana, conversation)
+    assert done["sources"] and {s["collection"] for s in done["sources"]} == {handbook.pk}
+    # Out of the group: her next question in the same conversation retrieves nothing.
+    dana.groups.remove(hr)
+    started, done = ask(ws_url, origin, dana, conversation)
     assert "sources" not in done
     assert not Quote.objects.filter(message_id=started["user_message"]).exists()

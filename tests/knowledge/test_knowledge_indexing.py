@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from httpkit.errors import Refusal
 from inference.engine import embedding_client
-from knowledge import chunking, claims, fulltext, indexing, services, vectors
+from knowledge import chunking, claims, fulltext, indexing, services, tasks, vectors
 from knowledge.models import Chunk, Document, Window
 from redisconn.keys import CHAT_ACTIVE
 from tests.support.jobs_pdf import pdf_with_text
@@ -215,15 +215,22 @@ def test_each_passage_is_stored_with_the_vectors_of_its_sentences(collection):
             assert vectors.from_bytes(bytes(data)) @ np.asarray(vector) > 0.999
 
 
-def test_a_new_window_size_cuts_and_embeds_the_windows_again(collection):
+def test_a_new_window_size_cuts_and_embeds_the_windows_again(collection, monkeypatch):
     services.documents_add(collection=collection, uploads=[upload("office.txt", SENTENCES)])
     assert index(collection.pk) == "done"
     before = set(Window.objects.values_list("id", flat=True))
     chunk = Chunk.objects.get(collection=collection)
     assert len(before) == len(chunking.windows(chunk.text)) == 4
+    queued = []
+    monkeypatch.setattr(tasks.collection_index, "delay", queued.append)
+    assert tasks.knowledge_sweep() == [] and queued == []  # the same chunker: nothing to do
     with override_settings(KNOWLEDGE_WINDOW_TOKENS=8):
-        Document.objects.filter(collection=collection).update(status=Document.Status.PENDING)
+        # The sweep sends the ready document back: searchable meanwhile, from its old passages.
+        assert tasks.knowledge_sweep() == [collection.pk] and queued == [collection.pk]
+        assert Document.objects.get(collection=collection).status == Document.Status.PENDING
+        assert Chunk.objects.filter(collection=collection).exists()
         assert index(collection.pk) == "done"
+        assert tasks.knowledge_sweep() == []
         document = Document.objects.get(collection=collection)
         assert document.chunker == chunking.chunker_id()
     chunk = Chunk.objects.get(collection=collection)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from inference.engine import embedding_client
 from knowledge import chunking, indexing, search, services
@@ -107,3 +109,33 @@ def test_a_passage_that_one_sentence_answers_ranks_by_that_sentence():
 
 def test_fusion_sums_reciprocal_ranks_across_rankings():
     assert search.fuse([[1, 2], [2, 3]], 60)[2] == pytest.approx(1 / 62 + 1 / 61)
+
+
+HOLIDAY = "How much holiday time do workers get each year?"
+
+
+def test_the_score_floor_drops_what_only_the_vector_search_found_far_from_the_question(handbook, settings):
+    settings.KNOWLEDGE_MIN_SCORE = 0.0
+    found = ask(HOLIDAY, [handbook.pk], mode="vector", top_k=5)
+    assert len(found) == 5 and found[0].document == "leave.txt"
+    settings.KNOWLEDGE_MIN_SCORE = (found[0].similarity + found[1].similarity) / 2
+    assert [p.document for p in ask(HOLIDAY, [handbook.pk], mode="vector", top_k=5)] == ["leave.txt"]
+    # A passage the words found stays, however far its vector.
+    assert [p.document for p in ask("descaled", [handbook.pk], top_k=5)] == ["kitchen.txt"]
+
+
+def test_a_search_reads_its_passages_in_one_query_however_many(handbook, settings):
+    settings.KNOWLEDGE_MIN_SCORE = 0.0
+    vector = embedding_client().embed([HOLIDAY], priority="query")[0]
+
+    def searched(top_k: int) -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as captured:
+            found = search.passages(
+                question=HOLIDAY, query_vector=vector, collection_ids=[handbook.pk], top_k=top_k
+            )
+        return len(found), len(captured)
+
+    searched(5)  # the collection's vectors read once
+    (one, queries_one), (five, queries_five) = searched(1), searched(5)
+    assert (one, five) == (1, 5)
+    assert queries_one == queries_five
