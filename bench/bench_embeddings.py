@@ -67,20 +67,21 @@ def rates(texts: int, tokens: int, seconds: float) -> dict:
     }
 
 
-def in_process(count: int, batch: int) -> dict:
-    """(a): the model in a process of its own, `batch` texts a forward pass. Its own session, as the
-    servers' (EngineProcess): where the kernel shares the cores out by session (autogroup), each
-    path gets the same share of a busy host."""
+def in_process(count: int, batch: int, texts: Path | None = None) -> dict:
+    """(a): the model in a process of its own, `batch` texts a forward pass: `count` texts of the corpus,
+    or those of the JSON file `texts`. Its own session, as the servers' (EngineProcess): where the
+    kernel shares the cores out by session (autogroup), each path gets the same share of a busy host."""
     command = [sys.executable, "-m", "bench.bench_embeddings", "--alone", str(count), str(batch)]
+    command += ["--texts", str(texts)] if texts else []
     done = subprocess.run(command, capture_output=True, text=True, start_new_session=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def alone(count: int, batch: int) -> None:
+def alone(count: int, batch: int, texts_file: str | None = None) -> None:
     """The body of `in_process`' process: prints its rates as JSON."""
     from enginehost.embedserver import Encoder
 
-    texts = corpus(count)
+    texts = json.loads(Path(texts_file).read_text()) if texts_file else corpus(count)
     encoder = Encoder(
         settings.EMBEDDING_MODEL,
         settings.EMBEDDING_MAX_TOKENS,
@@ -179,6 +180,7 @@ def best(runs: list[dict]) -> dict:
 def parser():
     def extra(parser) -> None:
         parser.add_argument("--alone", type=int, nargs=2, metavar=("TEXTS", "BATCH"), help=argparse.SUPPRESS)
+        parser.add_argument("--texts", help=argparse.SUPPRESS)
 
     return arguments(__doc__.splitlines()[0], extra)
 
@@ -186,7 +188,7 @@ def parser():
 def main(argv: list[str] | None = None) -> dict | None:
     options = parser().parse_args(argv)
     if options.alone:
-        return alone(*options.alone)
+        return alone(*options.alone, options.texts)
     prepare_embedding_model(Path(settings.EMBEDDING_MODEL), report=print)
     count = 256 if options.quick else 768
     texts = corpus(count)

@@ -4,14 +4,17 @@ its Redis SIGKILLed midway (bench.knowledge_ingest).
 Reports documents, passages and tokens, the wall time from the first upload to the last document ready,
 documents/s and tokens/s (and per core), the texts the embedding engine embedded against the distinct
 texts stored, and the documents lost. Targets: zero documents lost, and nothing embedded twice beyond the
-batch in flight at the kill. `--no-kill`: the same run without the kill, for its throughput.
-Run: `python -m bench.bench_knowledge_ingest [--documents N] [--store sqlite|postgres|pgvector]`.
+batch in flight at the kill. `--no-kill`: the same run without the kill, for its throughput. `--paths N`:
+then benchmark 10's two embedding paths alone on N of the texts the run embedded, and the ingestion's
+embedded tokens/s (reading, chunking, embedding, writing) against the faster of them (target 0.8x).
+Run: `python -m bench.bench_knowledge_ingest [--documents N] [--store sqlite|postgres|pgvector] [--no-kill]
+[--paths N]`.
 """
 
 import json
 
 from bench import setup
-from bench.knowledge_ingest import environment, run_ingest
+from bench.knowledge_ingest import embedding_paths, environment, run_ingest
 from bench.results import arguments, save
 
 
@@ -24,6 +27,11 @@ def parser():
             "(BENCH_DATABASE_URL or the local server's bench_knowledge), or the bundled pgvector server",
         )  # fmt: skip
         parser.add_argument("--no-kill", action="store_true", help="no worker or Redis killed")
+        parser.add_argument(
+            "--paths", type=int, default=0, metavar="TEXTS",
+            help="after the run, the two embedding paths alone on this many of its texts, and the "
+            "ingestion's embedded tokens/s against the faster (target 0.8x)",
+        )  # fmt: skip
 
     return arguments(__doc__.splitlines()[0], extra)
 
@@ -40,6 +48,13 @@ def main() -> dict:
             "store": options.store,
             **run_ingest(count, kill=not options.no_kill),
         }
+        if options.paths:
+            from knowledge.models import Collection
+
+            collection = Collection.objects.get(pk=result["collection"])
+            result["paths"] = paths = embedding_paths(collection, options.paths)
+            faster = max(paths["in_process"]["tokens_per_s"], paths["vllm"]["tokens_per_s"])
+            result["ingestion_share_of_faster_path"] = round(result["embedded_tokens_per_s"] / faster, 2)
     finally:
         if server is not None:
             server.cleanup()

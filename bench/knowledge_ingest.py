@@ -14,6 +14,7 @@ and the processes.
 
 import contextlib
 import io
+import json
 import os
 import secrets
 import shutil
@@ -240,6 +241,7 @@ def run_ingest(count: int, *, kill: bool) -> dict:
     collection = services.collection_create(owner=owner, name="Ingestion")
     timeline: list = []
     result: dict = {"documents": count, "document_tokens": tokens, "killed": kill}
+    result["collection"] = collection.pk
     with indexing() as stack:
         before = _engine_counts()
         began = time.perf_counter()
@@ -257,6 +259,8 @@ def run_ingest(count: int, *, kill: bool) -> dict:
         documents_per_s=round(count / wall, 2),
         tokens_per_s=round(tokens / wall, 1),
         tokens_per_s_per_core=round(tokens / wall / cores, 1),
+        # What the embedding engine embedded (passages and their windows), over the whole ingestion.
+        embedded_tokens_per_s=round(engine["tokens"] / wall, 1),
         cores=cores,
         engine=engine,
         timeline=timeline,
@@ -269,3 +273,26 @@ def failed(collection) -> int:
     from knowledge.models import Document
 
     return Document.objects.filter(collection=collection, status=Document.Status.FAILED).count()
+
+
+def embedding_paths(collection, sample: int) -> dict:
+    """Benchmark 10's two embedding paths alone, on texts the ingestion embedded (up to `sample` of its
+    distinct passages and windows, every n-th): (a) transformers in a process of its own, longest first
+    in the server's passes, and (b) vLLM's pooling runner over HTTP; tokens/s of each and per core."""
+    from django.conf import settings
+
+    from bench.bench_embeddings import in_process, over_http, served
+    from knowledge import chunking
+    from knowledge.models import Chunk
+
+    distinct: set[str] = set()
+    for text in Chunk.objects.filter(collection=collection).order_by("id").values_list("text", flat=True):
+        distinct.update((text, *chunking.windows(text)))
+    texts = sorted(distinct)
+    texts = sorted(texts[:: max(len(texts) // sample, 1)][:sample], key=len, reverse=True)
+    path = FOLDER / "path-texts.json"
+    path.write_text(json.dumps(texts))
+    direct = in_process(len(texts), settings.EMBEDDING_MAX_BATCH, path)
+    with served("vllm") as url:
+        pooling = over_http(url, texts, direct["tokens"])
+    return {"in_process": direct, "vllm": pooling}

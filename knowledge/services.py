@@ -29,10 +29,16 @@ def _check_name(name: str) -> str:
     return name
 
 
+def may_share(user: AbstractBaseUser) -> bool:
+    """Whether `user` shares collections with groups or the site: staff, or a user an admin gave the
+    permission to (alone or through a group)."""
+    return user.is_staff or user.has_perm("knowledge.share_collection_site")
+
+
 def _check_visibility(user: AbstractBaseUser, visibility: str) -> str:
     if visibility not in Collection.Visibility.values:
         raise Refusal("invalid_field", f"visibility is one of {', '.join(Collection.Visibility.values)}.")
-    if visibility != Collection.Visibility.PRIVATE and not user.is_staff:
+    if visibility != Collection.Visibility.PRIVATE and not may_share(user):
         raise Refusal("forbidden", "Only staff share a collection with groups or the whole site.")
     return visibility
 

@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from documents.uploads import SUFFIXES
-from knowledge import protocol, selectors
+from knowledge import protocol, selectors, services
 
 
 # The page's script sends the CSRF cookie's token with each change.
@@ -17,14 +17,13 @@ from knowledge import protocol, selectors
 @login_required
 def collections_page(request: HttpRequest) -> HttpResponse:
     user = request.user
+    sharer = services.may_share(user)
     initial = {
         "collections": selectors.collection_summaries(user),
         "username": user.get_username(),
-        "staff": user.is_staff,
-        # Staff share with any group; others keep their collections private.
-        "groups": list(Group.objects.order_by("name").values_list("name", flat=True))
-        if user.is_staff
-        else [],
+        "may_share": sharer,
+        # Staff (and those given the permission) share with any group; others keep theirs private.
+        "groups": list(Group.objects.order_by("name").values_list("name", flat=True)) if sharer else [],
         "max_upload_bytes": settings.BULK_MAX_UPLOAD_BYTES,
         "accept": ",".join(sorted(SUFFIXES)),
         "documents_page": protocol.DOCUMENTS_PAGE,

@@ -203,7 +203,7 @@ function mount(summary) {
     tools.append(upload);
     tools.append(iconButton("secondary", "trash-2", "Delete collection " + summary.name, () => deleteCollection(view), "Delete"));
     section.append(tools);
-    if (initial.staff) section.append(shareForm(view));
+    if (initial.may_share) section.append(shareForm(view));
   }
   view.more = element("button", "secondary more-documents", "Show more documents");
   view.more.type = "button";

@@ -1,8 +1,10 @@
 """The collections page in Chromium, on daphne with a real Celery worker indexing on the bulk queue: make
-a collection, upload two files, watch them become ready, delete one; a failed document says why."""
+a collection, upload two files, watch them become ready, delete one; a failed document says why; a user
+given the permission shares with a group."""
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from playwright.sync_api import expect
 
@@ -10,6 +12,7 @@ from knowledge import services
 from knowledge.models import Collection, Document
 from knowledge.protocol import DOCUMENTS_PAGE
 from tests.support.browser import log_in
+from tests.support.chat_client import session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("embedding_engine")]
 
@@ -89,3 +92,33 @@ def test_a_long_collection_shows_a_page_of_documents_and_more_on_request(page, p
     expect(section.locator("tbody tr")).to_have_count(DOCUMENTS_PAGE + 1)
     expect(section.locator("tbody tr").last).to_contain_text(f"memo-{DOCUMENTS_PAGE:03}.txt")
     expect(section.get_by_role("button", name="Show more documents")).to_be_hidden()
+
+
+def test_a_user_given_the_permission_shares_with_a_group_and_others_cannot(page, product_server):
+    User = get_user_model()
+    hr = Group.objects.create(name="hr")
+    lead = User.objects.create_user("lead", password="pw-lead-1234567")
+    lead.user_permissions.add(Permission.objects.get(codename="share_collection_site"))
+    plain = User.objects.create_user("plain", password="pw-plain-123456")
+    services.collection_create(owner=plain, name="Notes")
+    mine = services.collection_create(owner=lead, name="Team handbook")
+
+    def collections_of(user):
+        page.context.clear_cookies()
+        cookie = {"name": "sessionid", "value": session_cookie(user), "url": product_server}
+        page.context.add_cookies([cookie])
+        page.goto(product_server + "/collections/")
+
+    collections_of(lead)
+    section = page.locator("section.collection", has_text="Team handbook")
+    section.get_by_label("Who reads it").select_option("groups")
+    section.get_by_label("hr").check()
+    section.get_by_role("button", name="Save sharing").click()
+    expect(section.locator(".collection-status")).to_have_text("Sharing saved.")
+    mine.refresh_from_db()
+    assert mine.visibility == Collection.Visibility.GROUPS and list(mine.groups.all()) == [hr]
+
+    collections_of(plain)
+    notes = page.locator("section.collection", has_text="Notes")
+    expect(notes).to_be_visible()
+    expect(notes.locator("form.share")).to_have_count(0)

@@ -1,9 +1,9 @@
 """Who reads a collection: its owner, members of the groups it is shared with, everyone when open;
-only staff share beyond the owner."""
+only staff, or a user given the permission, share beyond the owner."""
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 
 from httpkit.errors import Refusal
 from knowledge import selectors, services
@@ -53,6 +53,14 @@ def test_only_staff_share_a_collection_beyond_its_owner(people):
     with pytest.raises(Refusal):
         services.collection_create(owner=people["owner"], name="Open", visibility="site")
     assert Collection.objects.get(pk=mine.pk).visibility == "private"
+
+
+def test_a_user_an_admin_let_share_shares_their_collection(people):
+    mine = services.collection_create(owner=people["owner"], name="Mine")
+    people["owner"].user_permissions.add(Permission.objects.get(codename="share_collection_site"))
+    owner = get_user_model().objects.get(pk=people["owner"].pk)  # permissions are cached per object
+    services.collection_share(collection=mine, by=owner, visibility="site")
+    assert set(selectors.collections_readable(people["stranger"])) == {mine}
 
 
 def test_it_refuses_a_bad_name_or_visibility(people):
