@@ -206,8 +206,9 @@ def accounting(collection, count: int, texts_embedded: float) -> dict:
     for document_id, text in passages.order_by().values_list("document_id", "text").iterator(2000):
         distinct.setdefault(document_id, set()).update((text, *chunking.windows(text)))
     most_windows = passages.annotate(n=Count("windows")).order_by("-n").values_list("n", flat=True).first()
-    # A batch is at most KNOWLEDGE_EMBED_BATCH texts, or one passage with its windows.
-    batch = max(settings.KNOWLEDGE_EMBED_BATCH, 1 + (most_windows or 0))
+    # A batch is at most KNOWLEDGE_EMBED_BATCH texts, or one passage with its windows; a run has one in
+    # flight for each document it indexes at once.
+    batch = max(settings.KNOWLEDGE_EMBED_BATCH, 1 + (most_windows or 0)) * settings.KNOWLEDGE_INDEX_DOCUMENTS
     total = sum(len(texts) for texts in distinct.values())
     return {
         "uploaded": count,

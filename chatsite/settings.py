@@ -604,6 +604,9 @@ KNOWLEDGE_WINDOW_TOKENS = env_int("KNOWLEDGE_WINDOW_TOKENS", 64, minimum=0, maxi
 # embedding engine, any embedding beside it slowed its tokens about 3x whatever its priority, so there
 # indexing waits for chat to end (docs/benchmarks.md, section 11).
 KNOWLEDGE_EMBED_BATCH = env_int("KNOWLEDGE_EMBED_BATCH", 512, minimum=1)
+# Documents one indexing run reads, cuts and embeds at once: their requests meet in the embedding engine's
+# forward passes, which one short document's texts alone leave mostly empty.
+KNOWLEDGE_INDEX_DOCUMENTS = env_int("KNOWLEDGE_INDEX_DOCUMENTS", 4, minimum=1, maximum=64)
 KNOWLEDGE_EMBED_BATCH_WHILE_CHAT = env_int(
     "KNOWLEDGE_EMBED_BATCH_WHILE_CHAT", 8 if shutil.which("nvidia-smi") else 0, minimum=0
 )

@@ -1,7 +1,7 @@
-"""A collection's indexing run in one worker: claim its documents one at a time, read each in the
-bounded child process, cut it into passages, embed them and their windows in batches and store them.
-A text the document repeats (a sentence in the overlap of two passages, a line on every page) is
-embedded once.
+"""A collection's indexing run in one worker: claim its documents, KNOWLEDGE_INDEX_DOCUMENTS at a time
+(their requests meet in the embedding engine's forward passes), read each in the bounded child process,
+cut it into passages, embed them and their windows in batches and store them. A text the document repeats
+(a sentence in the overlap of two passages, a line on every page) is embedded once.
 
 It runs below chat: while chat answers stream (answers.admission's count, across web processes)
 requests shrink to KNOWLEDGE_EMBED_BATCH_WHILE_CHAT texts, so the embedding engine never holds the
@@ -238,22 +238,32 @@ async def index_collection(*, collection_id: int, worker: str, seconds: float) -
         if not await lock.acquire():
             return "running"
         keeping = asyncio.create_task(lock.keep())
-        while time.monotonic() < deadline:
-            if not await lock.refresh():
-                return "running"
-            document = await database_sync_to_async(claims.document_claim)(
-                collection_id=collection_id, worker=worker
-            )
-            if document is None:
-                return "done"
-            try:
-                if not await index_document(
-                    document, worker=worker, embedder=embedder, r=r, lock=lock, deadline=deadline
-                ):
-                    return "continue"
-            except EngineError:
-                return "engine_unavailable"
-        return "continue"
+
+        async def lane() -> str:
+            """Documents one after another, KNOWLEDGE_INDEX_DOCUMENTS lanes at once, each its own claim."""
+            while time.monotonic() < deadline:
+                if not await lock.refresh():
+                    return "running"
+                document = await database_sync_to_async(claims.document_claim)(
+                    collection_id=collection_id, worker=worker
+                )
+                if document is None:
+                    return "done"
+                try:
+                    if not await index_document(
+                        document, worker=worker, embedder=embedder, r=r, lock=lock, deadline=deadline
+                    ):
+                        return "continue"
+                except EngineError:
+                    return "engine_unavailable"
+            return "continue"
+
+        # A lane that fails stops the others before the lock is let go.
+        async with asyncio.TaskGroup() as lanes:
+            running = [lanes.create_task(lane()) for _ in range(settings.KNOWLEDGE_INDEX_DOCUMENTS)]
+        ended = [task.result() for task in running]
+        # The run's outcome is its most pressing lane's.
+        return next(o for o in ("engine_unavailable", "running", "continue", "done") if o in ended)
     finally:
         if keeping is not None:
             keeping.cancel()
