@@ -9,7 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from enginehost.embedserver import pooling_mode
+from enginehost.embedserver import length_groups, pooling_mode
 from tests.engine.embedding_servers import AUTH, KEY, MODEL, cosine, embedding_metric, post, vectors
 
 
@@ -128,3 +128,18 @@ def test_a_checkpoint_pools_as_its_sentence_transformers_config_says(tmp_path):
     (tmp_path / "1_Pooling").mkdir()
     (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
     assert pooling_mode(str(tmp_path)) == "cls"
+
+
+def test_a_pass_runs_its_texts_in_groups_of_about_one_length_so_padding_stays_small():
+    # A passage of 200 tokens and its sentences, as ingestion sends them.
+    lengths = [200, 23, 14, 64, 190, 12, 31, 58, 9, 200]
+    groups = length_groups(lengths)
+    assert sorted(i for group in groups for i in group) == list(range(len(lengths)))
+    padded = sum(max(lengths[i] for i in group) * len(group) for group in groups)
+    assert padded <= 1.5 * sum(lengths)  # one pass padded to 200 would be 2,000 for 801
+    assert [sorted(lengths[i] for i in group) for group in groups] == [
+        [9, 12, 14],
+        [23, 31],
+        [58, 64],
+        [190, 200, 200],
+    ]
