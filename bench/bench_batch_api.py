@@ -107,7 +107,7 @@ def run_batch_command(config, source: Path, target: Path) -> list[str]:
 
 def offline(config, source: Path, folder: Path) -> dict:
     """The file through vLLM's run_batch: timed from its engine's first line read to its output written."""
-    from bench.processes import logs
+    from bench.processes import logs, tree_cpu_seconds
 
     target = folder / "run_batch_out.jsonl"
     marks: dict[str, float] = {}
@@ -154,17 +154,10 @@ def offline(config, source: Path, folder: Path) -> dict:
     }
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds so far of a process and its descendants."""
-    from bench.processes import children_cpu_seconds, cpu_seconds
-
-    return cpu_seconds(pid) + children_cpu_seconds(pid)
-
-
 def processes_cpu(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds so far of the product's processes: the Celery worker (its pool's child included),
     the web process, the engine's API server and its engine core (the server's children)."""
-    from bench.processes import children_cpu_seconds, cpu_seconds
+    from bench.processes import children_cpu_seconds, cpu_seconds, tree_cpu_seconds
 
     return {
         "worker": tree_cpu_seconds(pids["worker"]),

@@ -56,8 +56,10 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def rates(texts: int, tokens: int, seconds: float) -> dict:
-    return {
+def rates(texts: int, tokens: int, seconds: float, cpu: float | None = None) -> dict:
+    """Rates over `seconds` of wall time; with `cpu`, the CPU seconds the path spent, and tokens per
+    CPU second (per core-second, which a host's other tenants slow less than wall time)."""
+    found = {
         "texts": texts,
         "tokens": tokens,
         "seconds": round(seconds, 2),
@@ -65,6 +67,9 @@ def rates(texts: int, tokens: int, seconds: float) -> dict:
         "tokens_per_s": round(tokens / seconds, 1),
         "tokens_per_s_per_core": round(tokens / seconds / cores(), 1),
     }
+    if cpu is not None:
+        found.update(cpu_s=round(cpu, 2), tokens_per_cpu_s=round(tokens / cpu, 1))
+    return found
 
 
 def in_process(count: int, batch: int, texts: Path | None = None) -> dict:
@@ -89,10 +94,11 @@ def alone(count: int, batch: int, texts_file: str | None = None) -> None:
         quantize=settings.EMBEDDING_QUANTIZE,
     )
     encoder(texts[:batch])  # warm
-    started, tokens = time.perf_counter(), 0
+    started, cpu, tokens = time.perf_counter(), time.process_time(), 0
     for start in range(0, len(texts), batch):
         tokens += sum(encoder(texts[start : start + batch])[1])
-    print(json.dumps(rates(len(texts), tokens, time.perf_counter() - started)))
+    spent = time.process_time() - cpu
+    print(json.dumps(rates(len(texts), tokens, time.perf_counter() - started, spent)))
 
 
 def new_client(url: str) -> EmbeddingClient:
@@ -109,10 +115,16 @@ def new_client(url: str) -> EmbeddingClient:
 QUESTION = ["What does the policy say about retention?"]
 
 
-def over_http(url: str, texts: list[str], tokens: int, *, queries: bool = False) -> dict:
+def over_http(
+    url: str, texts: list[str], tokens: int, *, queries: bool = False, server: int | None = None
+) -> dict:
     """(b) and (c): WORKERS threads, each with a client of its own, sending BATCH texts a request
-    as ingestion's workers do; with `queries`, a question's embedding every 0.2 s beside them, timed."""
+    as ingestion's workers do; with `queries`, a question's embedding every 0.2 s beside them, timed.
+    With `server` (its pid), the CPU seconds the server's processes and these clients spent."""
+    from bench.processes import tree_cpu_seconds
+
     new_client(url).embed(texts[:BATCH])  # warm
+    cpu = (tree_cpu_seconds(server), time.process_time()) if server else None
     batches = [texts[start : start + BATCH] for start in range(0, len(texts), BATCH)]
     lock, done, waits = threading.Lock(), threading.Event(), []
 
@@ -140,7 +152,8 @@ def over_http(url: str, texts: list[str], tokens: int, *, queries: bool = False)
         thread.start()
     for thread in threads:
         thread.join()
-    result = rates(len(texts), tokens, time.perf_counter() - started)
+    spent = tree_cpu_seconds(server) - cpu[0] + time.process_time() - cpu[1] if cpu else None
+    result = rates(len(texts), tokens, time.perf_counter() - started, spent)
     done.set()
     if questions:
         questions.join()
@@ -158,7 +171,7 @@ def over_http(url: str, texts: list[str], tokens: int, *, queries: bool = False)
 
 @contextlib.contextmanager
 def served(runner: str):
-    """The embedding engine of `runner`, started by the product's launcher: its URL."""
+    """The embedding engine of `runner`, started by the product's launcher: its URL and pid."""
     url = f"http://127.0.0.1:{free_port()}"
     config = replace(EmbeddingConfig.from_settings(settings), runner=runner, url=url)
     with open(Path(settings.DATA_DIR) / f"bench-embeddings-{runner}.log", "w") as log:
@@ -166,7 +179,7 @@ def served(runner: str):
         process.start()
         try:
             process.wait_healthy(timeout=900)
-            yield url
+            yield url, process.process.pid
         finally:
             process.stop()
 
@@ -194,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     texts = corpus(count)
     repeats = options.repeats or (2 if options.quick else 3)
     direct, product, tokens = [], [], 0
-    with served("transformers") as url:
+    with served("transformers") as (url, _):
         # (a) and (c) in turn, so that a busy moment of the host falls on both alike.
         for _ in range(repeats):
             direct.append(in_process(count, settings.EMBEDDING_MAX_BATCH))
@@ -204,7 +217,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             print("in process", direct[-1]["tokens_per_s"], "product", product[-1], flush=True)
     batches = {batch: in_process(count, batch) for batch in (8, 16, 32, 64)}
     print("by batch", {batch: run["tokens_per_s"] for batch, run in batches.items()}, flush=True)
-    with served("vllm") as url:
+    with served("vllm") as (url, _):
         pooling = [over_http(url, texts, tokens) for _ in range(repeats)]
     print("vllm", [run["tokens_per_s"] for run in pooling], flush=True)
     direct, product, pooling = best(direct), best(product), best(pooling)

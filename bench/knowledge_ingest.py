@@ -130,6 +130,15 @@ class Indexing:
     redis_url: str
     redis: object
     worker: CeleryWorker
+    engine: object
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds so far of the embedding engine, the worker (its pool's children included) and
+        Redis."""
+        from bench.processes import tree_cpu_seconds
+
+        pids = {"engine": self.engine.process.pid, "worker": self.worker.process.pid, "redis": self.redis.pid}
+        return {name: tree_cpu_seconds(pid) for name, pid in pids.items()}
 
     def kill_and_restart(self) -> float:
         """SIGKILL the worker and Redis, delete Redis's data, start both again: the seconds it took."""
@@ -169,7 +178,7 @@ def indexing(
     worker = CeleryWorker(
         env, logs() / "knowledge-celery.log", hostname=f"bench-{os.getpid()}@%h", beat_schedule=schedule
     )
-    stack = Indexing(redis_url, redis or redis_started(redis_url), worker)
+    stack = Indexing(redis_url, redis or redis_started(redis_url), worker, engine)
     try:
         engine.start()
         engine.wait_healthy(timeout=300)
@@ -231,6 +240,8 @@ def run_ingest(count: int, *, kill: bool) -> dict:
     """`count` documents uploaded and indexed, the worker and Redis killed once half are ready (`kill`)."""
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
+    from django.db.models import Max
+    from django.utils import timezone
 
     from bench.knowledge_pdf import _engine_counts
     from knowledge import services
@@ -244,16 +255,22 @@ def run_ingest(count: int, *, kill: bool) -> dict:
     result: dict = {"documents": count, "document_tokens": tokens, "killed": kill}
     result["collection"] = collection.pk
     with indexing() as stack:
-        before = _engine_counts()
-        began = time.perf_counter()
+        before, cpu = _engine_counts(), stack.cpu_seconds()
+        began, began_at, uploading = time.perf_counter(), timezone.now(), time.process_time()
         upload(collection, texts)
         result["upload_s"] = round(time.perf_counter() - began, 1)
+        # This process stores the upload, as the web process does.
+        upload_cpu = time.process_time() - uploading
         if kill:
             at = watch(collection, lambda now: now["ready"] >= count // 2, 4 * 3600, began, timeline)
             result["kill"] = {"at_s": timeline[-1][0], **at, "restart_s": stack.kill_and_restart()}
         watch(collection, lambda now: now["ready"] + failed(collection) >= count, 4 * 3600, began, timeline)
-        wall = time.perf_counter() - began
+        # To the last document's own time ready, not the poll that saw it.
+        last = collection.documents.aggregate(last=Max("finished_at"))["last"]
+        wall = (last - began_at).total_seconds()
         engine = _engine_counts(before)
+        spent = {name: round(now - cpu[name], 2) for name, now in stack.cpu_seconds().items()}
+        spent["upload"] = round(upload_cpu, 2)
     cores = os.cpu_count() or 1
     result.update(
         wall_s=round(wall, 1),
@@ -263,11 +280,20 @@ def run_ingest(count: int, *, kill: bool) -> dict:
         # What the embedding engine embedded (passages and their windows), over the whole ingestion.
         embedded_tokens_per_s=round(engine["tokens"] / wall, 1),
         cores=cores,
+        **({} if kill else cpu_figures(spent, engine["tokens"])),
         engine=engine,
         timeline=timeline,
         **accounting(collection, count, engine["texts"]),
     )
     return result
+
+
+def cpu_figures(spent: dict[str, float], embedded_tokens: float) -> dict:
+    """The CPU seconds the ingestion's processes spent (a killed worker's are lost, so a run without the
+    kill only), and embedded tokens per CPU second: the embedding paths' per core-second."""
+    total = sum(spent.values())
+    return {"cpu_s": {**spent, "total": round(total, 2)},
+            "embedded_tokens_per_cpu_s": round(embedded_tokens / total, 1)}  # fmt: skip
 
 
 def failed(collection) -> int:
@@ -294,6 +320,6 @@ def embedding_paths(collection, sample: int) -> dict:
     path = FOLDER / "path-texts.json"
     path.write_text(json.dumps(texts))
     direct = in_process(len(texts), settings.EMBEDDING_MAX_BATCH, path)
-    with served("vllm") as url:
-        pooling = over_http(url, texts, direct["tokens"])
+    with served("vllm") as (url, pid):
+        pooling = over_http(url, texts, direct["tokens"], server=pid)
     return {"in_process": direct, "vllm": pooling}

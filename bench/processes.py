@@ -89,6 +89,17 @@ def cpu_seconds(pid: int) -> float:
     return times.user + times.system
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds so far of a process and its descendants, the ended ones it waited for included."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for each in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = each.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 def children_cpu_seconds(pid: int) -> float:
     """User + system CPU time of the live descendants of one process."""
     total = 0.0
