@@ -329,7 +329,25 @@ async def answer_start(
     login check: socket_auth.LoggedOut when it fails, nothing stored).
     Raises Refusal: `busy` (nothing stored), or whatever `start_turn` refuses,
     after giving the slot back.
+
+    Once called, the start runs to its end even when its caller is cancelled (a socket closed while
+    its turn is stored, and the server gave up waiting for its consumer): the answer then runs and a
+    reload follows it, where a start cut midway would leave a stored question whose answer row nothing
+    generates and no slot given back.
     """
+    starting = asyncio.ensure_future(
+        _answer_begin(
+            user=user, engine=engine, start_turn=start_turn, still_allowed=still_allowed, **arguments
+        )
+    )
+    # Its refusal is read here even when no caller is left to read it.
+    starting.add_done_callback(lambda task: task.cancelled() or task.exception())
+    return await asyncio.shield(starting)
+
+
+async def _answer_begin(
+    *, user, engine: EngineClient, start_turn: Callable[..., turns.Turn], still_allowed, **arguments
+) -> Generation:
     r = redisconn.client()
     lease = await admission.admit_answer(r, user_id=user.pk)
     storing = time.perf_counter()
