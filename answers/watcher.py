@@ -131,8 +131,10 @@ async def watch(
                     stop("superseded")
                     return
                 if first and replies and replies[0]:
+                    # A stop sent before this process listened. The beats go on while the answer
+                    # ends: its storing may outlast CHAT_TAKEOVER_AFTER_SECONDS on a slow database,
+                    # and an answer that stopped beating would be claimed and continued elsewhere.
                     asked()
-                    return
                 first = False
             await asyncio.sleep(beat)
     finally:

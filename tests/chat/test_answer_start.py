@@ -28,6 +28,8 @@ async def test_an_answer_whose_caller_is_cancelled_while_its_turn_is_stored_runs
         go_on.wait(10)
         return turn
 
+    r = redis_client()
+    held = await admission.active_count(r)  # other tests' answers may still hold theirs
     caller = asyncio.create_task(
         answer_start(
             user=alice,
@@ -44,7 +46,6 @@ async def test_an_answer_whose_caller_is_cancelled_while_its_turn_is_stored_runs
     go_on.set()
 
     message = await Message.objects.filter(conversation__owner=alice, role="assistant").aget()
-    r = redis_client()
     for _ in range(1000):  # the start opens the answer's stream once its turn is back
         if await r.exists(keys.chat_stream(message.pk)):
             break
@@ -54,4 +55,4 @@ async def test_an_answer_whose_caller_is_cancelled_while_its_turn_is_stored_runs
     assert (frames[-1]["type"], frames[-1]["content"]) == ("chat.done", "Still here.")
     await message.arefresh_from_db()
     assert (message.status, message.content) == ("complete", "Still here.")
-    assert await admission.active_count(r) == 0  # its slot given back
+    assert await admission.active_count(r) <= held  # its slot given back

@@ -81,6 +81,32 @@ async def test_it_keeps_a_stop_sent_before_the_answers_process_listens_for_one(a
     assert not await r.exists(keys.chat_stop_requested(turn.assistant_message_id))
 
 
+async def test_an_answer_stopped_at_its_first_beat_beats_while_it_is_stored(alice, settings, monkeypatch):
+    """Stored slower than CHAT_TAKEOVER_AFTER_SECONDS (a database past its knee), it is never stale:
+    a stale one would be claimed and continued by another process after its user stopped it."""
+    settings.CHAT_HEARTBEAT_SECONDS = 0.05
+    settings.CHAT_TAKEOVER_AFTER_SECONDS = 0.3
+    store = Generation._store
+
+    def slow_store(self, outcome):
+        time.sleep(1.0)
+        store(self, outcome)
+
+    monkeypatch.setattr(Generation, "_store", slow_store)
+    turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
+    await streams.request_stop(r, turn.assistant_message_id)
+    generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one "], hang=True), owner=owner)
+    task, stale = generation.start(), []
+    while not task.done():
+        stale += [a for a in await ownership.stale(r) if a == turn.assistant_message_id]
+        await asyncio.sleep(0.02)
+    assert stale == []
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert stored.status == Message.Status.STOPPED
+
+
 async def test_a_stop_left_for_an_earlier_answer_under_the_same_id_does_not_stop_a_new_one(alice):
     """A store reset (or a rolled-back test database) hands an id out again; a stop sent to the
     earlier answer in its last moment is still in Redis for CHAT_LEASE_SECONDS."""
