@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 # Stops that end the answer here without ending it: another process continues it.
 LEAVING = frozenset({"superseded", "handover"})
-# A draining process's stops (answers.drain).
-DRAIN_STOPS = frozenset({"handover", "draining"})
 # Failures of the engine that another engine, or the same one restarted, can recover from; a refused
 # request (engine_rejected), an error the engine reported, or a silent engine (a deadline) is final.
 ENGINE_LOST = frozenset({"engine_unavailable", "engine_timeout"})
@@ -144,10 +142,11 @@ class AnswerRun:
         """Cancel the answer once: a second stop (another tab, a repeated key) must not cut
         short the storing and announcing of the stopped answer that the first one began.
         `reason` "superseded" (another process owns it now) and "handover" (this process is
-        draining) end it here without ending it: nothing is stored or announced. A drain's stop
-        that lands once the answer is ending (being stored and announced) is too late: an answer
-        handed over then would be continued past its end by another process."""
-        if self.task is None or self._stopping or (self._ending and reason in DRAIN_STOPS):
+        draining) end it here without ending it: nothing is stored or announced. Any other stop
+        that lands once the answer is ending (being stored and announced) has nothing left to
+        stop: a user's or a client's would cut its end short, leaving the answer unstored and
+        unannounced, and a drain's would leave another process to continue it past its end."""
+        if self.task is None or self._stopping or (self._ending and reason != "superseded"):
             return
         self._stopping = True
         self._stop_reason = reason

@@ -370,6 +370,40 @@ async def test_it_stores_and_announces_an_answer_stopped_twice_in_a_row(alice):
     assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "stopped"
 
 
+async def test_a_stop_that_reaches_an_answer_being_ended_leaves_it_stored_and_announced(alice):
+    """A stop sent as the answer makes its last token (its reader, behind a busy socket, saw only the
+    first few) lands while the answer is being ended: its end is stored and announced all the same,
+    where a stop that cut it short would leave its row generating (the conversation busy, its
+    readers told it was interrupted) and no closing frame."""
+    turn = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="hi")
+    r = redis_client()
+    owner = await streams.open_stream(r, turn.assistant_message_id, user_id=alice.pk)
+    generation = Generation(turn, user_id=alice.pk, engine=FakeEngine(["one ", "two"]), owner=owner)
+    ending, go_on = asyncio.Event(), asyncio.Event()
+    still_owned = generation._still_owned
+
+    async def checked_slowly(r):  # the end's ownership check, held until the stop has come
+        ending.set()
+        await go_on.wait()
+        return await still_owned(r)
+
+    generation._still_owned = checked_slowly
+    task = generation.start()
+    await asyncio.wait_for(ending.wait(), 30)
+    generation.stop("user")
+    go_on.set()
+    done, _ = await asyncio.wait([task], timeout=30)
+    assert done, "the answer did not end"
+    stored = await Message.objects.aget(pk=turn.assistant_message_id)
+    assert (stored.status, stored.content) == (Message.Status.COMPLETE, "one two")
+
+    async def frames_to_the_end():
+        return [f async for f in streams.follow(r, turn.assistant_message_id)]
+
+    frames = await asyncio.wait_for(frames_to_the_end(), 30)
+    assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "complete"
+
+
 async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
     """An answer of one token from an engine that then hangs, stopped while its token is being
     written: `write_token(publish, args, stop_now)` writes it and sets `stop_now` when the stop
