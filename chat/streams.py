@@ -206,6 +206,18 @@ async def written(r: aioredis.Redis, message_id: int) -> list[dict] | None:
 Quiet = Callable[[], Awaitable[dict | None]]
 
 
+def _position(entry_id: bytes) -> int:
+    """The token position of a stream entry: entries written after a takeover (ids <token>-<n>) all
+    follow `1-<after + 1>`, so the position is the id's second part, less one."""
+    return int(entry_id.rpartition(b"-")[2]) - 1
+
+
+async def _unread(r: aioredis.Redis, key: str, after: int) -> list[dict]:
+    """The frames the stream holds after token `after`, in order."""
+    entries = await r.xrange(key, min=f"({_entry_id(after)}")
+    return [orjson.loads(fields[b"frame"]) for entry_id, fields in entries if _position(entry_id) > after]
+
+
 async def follow(
     r: aioredis.Redis, message_id: int, after: int = -1, *, quiet: Quiet | None = None
 ) -> AsyncIterator[dict]:
@@ -225,17 +237,23 @@ async def follow(
             if got is None:
                 if quiet is not None:
                     if (ending := await quiet()) is not None:
-                        yield ending
                         if ending["type"] in TERMINAL:
+                            # The answer has ended, and the stream may hold frames this reader was
+                            # not given yet (its read came late): those first, and the stream's own end.
+                            for frame in await _unread(r, reader.key, after):
+                                yield frame
+                                if frame["type"] in TERMINAL:
+                                    return
+                            yield ending
                             return
+                        yield ending
                 elif not await r.exists(reader.key):
                     return
                 continue
             for entry_id, frame in got:
-                # Entries written after a takeover (ids <token>-<n>) all follow `1-<after + 1>`: the
-                # position is the id's second part.
-                if int(entry_id.rpartition(b"-")[2]) <= after + 1:
+                if (position := _position(entry_id)) <= after:
                     continue
+                after = position
                 yield frame
                 if frame["type"] in TERMINAL:
                     return

@@ -18,7 +18,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from answers import ownership
-from chat import consumers, streams, sweeper
+from chat import consumers, stream_reads, streams, sweeper
 from chat.generation import Generation
 from conversations import turns
 from conversations.models import Conversation, Message
@@ -402,6 +402,41 @@ async def test_a_stop_that_reaches_an_answer_being_ended_leaves_it_stored_and_an
 
     frames = await asyncio.wait_for(frames_to_the_end(), 30)
     assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "complete"
+
+
+async def test_a_reader_whose_reads_come_late_gets_every_frame_before_the_end_the_store_tells(monkeypatch):
+    """A follower whose reads of the stream come back empty (a process past its knee) and that finds
+    the answer ended in the store is given the frames the stream holds after its position first, and
+    the stream's own closing frame where it holds one: never an end that skips the text between."""
+    r = redis_client()
+    message_id = 987_654_321
+    key = keys.chat_stream(message_id)
+    tokens = [
+        {"type": "chat.token", "message": message_id, "seq": seq, "text": t} for seq, t in enumerate("abc")
+    ]
+    stored_end = {"type": "chat.done", "message": message_id, "status": "complete", "content": "abc"}
+
+    async def read_late(reader, wait):
+        return None
+
+    async def quiet():
+        return stored_end
+
+    async def followed() -> list[dict]:
+        return [f async for f in streams.follow(r, message_id, after=0, quiet=quiet)]
+
+    monkeypatch.setattr(stream_reads, "entries", read_late)
+    await r.delete(key)
+    await r.xadd(key, {"frame": orjson.dumps({"type": "chat.opened", "message": message_id})}, id="1-0")
+    try:
+        for seq, token in enumerate(tokens):
+            await r.xadd(key, {"frame": orjson.dumps(token)}, id=f"1-{seq + 1}")
+        assert await asyncio.wait_for(followed(), 30) == [*tokens[1:], stored_end]
+        its_end = {**stored_end, "note": "as the stream has it"}
+        await r.xadd(key, {"frame": orjson.dumps(its_end)}, id="1-4")
+        assert await asyncio.wait_for(followed(), 30) == [*tokens[1:], its_end]
+    finally:
+        await r.delete(key)
 
 
 async def stopped_during_its_token(user, monkeypatch, write_token) -> int:
