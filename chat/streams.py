@@ -45,6 +45,12 @@ def _entry_id(position: int) -> str:
     return f"1-{position + 1}"
 
 
+def _position(entry_id: bytes) -> int:
+    """The token position of a stream entry: entries written after a takeover (ids <token>-<n>) all
+    follow `1-<after + 1>`, so the position is the id's second part, less one."""
+    return int(entry_id.rpartition(b"-")[2]) - 1
+
+
 async def open_stream(r: aioredis.Redis, message_id: int, *, user_id: int, lease: str = "") -> Claim:
     """Create the stream with its marker, so readers can tell a started answer from a lost one,
     and make this process its owner (answers.ownership): the Claim its writes carry.
@@ -204,12 +210,6 @@ async def written(r: aioredis.Redis, message_id: int) -> list[dict] | None:
 
 
 Quiet = Callable[[], Awaitable[dict | None]]
-
-
-def _position(entry_id: bytes) -> int:
-    """The token position of a stream entry: entries written after a takeover (ids <token>-<n>) all
-    follow `1-<after + 1>`, so the position is the id's second part, less one."""
-    return int(entry_id.rpartition(b"-")[2]) - 1
 
 
 async def _unread(r: aioredis.Redis, key: str, after: int) -> list[dict]:
