@@ -195,16 +195,49 @@ def register_in(
 
 async def write_all(link: aioredis.Connection, frames: list[tuple[Claim, int, bytes, int | None, bool]]):
     """Write the frames (owner, position, the frame, its stream's expiry or None, whether the frame
-    before it went on this connection, unbroken since: the fast write) in one command on `link`;
-    its reply is a reply a frame: the entry id, 0 when the frame was there already, or FENCED,
-    GAP <n> (`refusal`) or ERROR <what Redis said>. NoScriptError when Redis does not know the
-    script (`WRITE.load_on` it)."""
-    keys_, args = [], [settings.CHAT_STREAM_MAX_ENTRIES]
-    for owner, position, frame, ttl, fast in frames:
-        keys_ += [keys.chat_stream(owner.answer), keys.chat_answer_owner(owner.answer)]
-        args += ["fast" if fast else "checked", *owner.fields(), position, frame, ttl or 0]
-    await packed.send(link, packed.packed("EVALSHA", WRITE.sha, len(keys_), *keys_, *args))
-    return await link.read_response()
+    before it went on this connection, unbroken since: the fast write) in one round trip on `link`;
+    the reply a frame: the entry id, 0 when the frame was there already, or FENCED, GAP <n>
+    (`refusal`) or ERROR <what Redis said>. NoScriptError when Redis does not know the script
+    (`WRITE.load_on` it).
+
+    A fast frame that ends no stream is a plain XADD, the others go in one script call: Redis runs
+    no script for the frames of answers streaming on, only for each answer's first and last frame
+    and after a failure. A plain XADD refused (its id is not the next one: a takeover's fence, or the
+    frame is there already) or without its stream is written again with the checks."""
+    maxlen = settings.CHAT_STREAM_MAX_ENTRIES
+    plain = [i for i, (*_, ttl, fast) in enumerate(frames) if fast and ttl is None]
+    scripted = sorted(set(range(len(frames))) - set(plain))
+    commands = [_xadd(*frames[i][:3], maxlen) for i in plain]
+    if scripted:
+        keys_, args = [], [maxlen]
+        for owner, position, frame, ttl, fast in (frames[i] for i in scripted):
+            keys_ += [keys.chat_stream(owner.answer), keys.chat_answer_owner(owner.answer)]
+            args += ["fast" if fast else "checked", *owner.fields(), position, frame, ttl or 0]
+        commands.append(packed.packed("EVALSHA", WRITE.sha, len(keys_), *keys_, *args))
+    await packed.send(link, b"".join(commands))
+    got = await packed.replies(link, len(commands))
+    replies: list = [None] * len(frames)
+    if scripted:
+        if isinstance(got[-1], Exception):
+            raise got[-1]
+        for i, reply in zip(scripted, got[-1], strict=True):
+            replies[i] = reply
+    again = []
+    for i, reply in zip(plain, got, strict=False):
+        if reply is None or isinstance(reply, ResponseError):
+            again.append(i)
+        replies[i] = reply
+    if again:
+        checked = await write_all(link, [(*frames[i][:4], False) for i in again])
+        for i, reply in zip(again, checked, strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _xadd(owner: Claim, position: int, frame: bytes, maxlen: int) -> bytes:
+    entry_id = f"{owner.fence}-{position + 1}"
+    stream = keys.chat_stream(owner.answer)
+    return packed.packed("XADD", stream, "NOMKSTREAM", "MAXLEN", maxlen, entry_id, "frame", frame)
 
 
 class Gap(Exception):

@@ -18,6 +18,7 @@ import orjson
 from autobahn.exception import Disconnected
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from redis.exceptions import RedisError
 
 import redisconn
@@ -74,6 +75,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user_id = self.user.pk
         self.socket_id = secrets.token_hex(8)
+        self.frame_window = rates.FrameWindow(settings.CHAT_SOCKET_FRAMES_PER_MINUTE)
         try:
             await rates.socket_open(redisconn.client(), user_id=self.user_id, socket=self.socket_id)
         except Refusal as refusal:
@@ -167,7 +169,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs) -> None:
         """Decode one frame and dispatch it by type ("chat.send" -> chat_send)."""
         try:
-            await rates.frame_check(self.socket_id)
+            self.frame_window.check()
             if text_data is None:
                 raise Refusal("binary_frame", "frames must be JSON text")
             frame = protocol.decode(text_data)

@@ -1,7 +1,7 @@
 """Bounds on what one user or one socket may do, beside admission control's bounds on answers:
 
-- frames per socket (CHAT_SOCKET_FRAMES_PER_MINUTE), counted in the web process that holds the
-  socket: a socket lives in one process;
+- frames per socket (CHAT_SOCKET_FRAMES_PER_MINUTE), counted by the socket itself: a socket lives
+  in one process;
 - open sockets per user (CHAT_MAX_SOCKETS_PER_USER), across web processes: leases in a Redis
   sorted set scored by expiry, refreshed while the socket is open, so a dead process's sockets
   free themselves (the same shape as admission's answer slots);
@@ -9,17 +9,17 @@
   delete, settings, counted in Redis across processes.
 
 Past a bound the caller gets `busy` (httpkit.errors.busy) with its reason and a time to retry.
-Windows are the `limits` package's moving windows.
+Windows are moving windows: the `limits` package's in Redis; a socket's own, in its memory (limits'
+memory storage sweeps every window it holds, with a thread hop each, after each frame of any socket).
 """
 
 import time
+from collections import deque
 from functools import cache
 
 import redis.asyncio as aioredis
 from django.conf import settings
 from limits import RateLimitItemPerMinute
-from limits.aio.storage import MemoryStorage
-from limits.aio.strategies import MovingWindowRateLimiter as AsyncMovingWindow
 from limits.storage import RedisStorage
 from limits.strategies import MovingWindowRateLimiter
 
@@ -41,21 +41,18 @@ def _retry_after(stats_reset: float) -> float:
     return max(1.0, stats_reset - time.time())
 
 
-# A closed socket's window is not cleared: its entries expire within the minute, and limits' own
-# expiry task, which runs without the storage's lock on the keys it lists, fails on a key that
-# `clear` removed meanwhile (seen at thousands of sockets closing: "KeyError: 'LIMITER/frames/…'").
-@cache
-def _frame_limiter() -> AsyncMovingWindow:
-    return AsyncMovingWindow(MemoryStorage())
+class FrameWindow:
+    """One socket's frames in the last minute: the times of the last `limit` it let through."""
 
+    def __init__(self, limit: int) -> None:
+        self._times: deque[float] = deque(maxlen=limit)
 
-async def frame_check(socket: str) -> None:
-    """Count one frame of `socket`; Refusal `busy` (socket_rate) past the per-minute bound."""
-    item = RateLimitItemPerMinute(settings.CHAT_SOCKET_FRAMES_PER_MINUTE)
-    limiter = _frame_limiter()
-    if not await limiter.hit(item, "frames", socket):
-        stats = await limiter.get_window_stats(item, "frames", socket)
-        raise errors.busy("socket_rate", _retry_after(stats.reset_time))
+    def check(self) -> None:
+        """Count one frame; Refusal `busy` (socket_rate) past the per-minute bound, not counted."""
+        now, times = time.monotonic(), self._times
+        if len(times) == times.maxlen and (age := now - times[0]) < 60:
+            raise errors.busy("socket_rate", max(1.0, 60 - age))
+        times.append(now)
 
 
 async def socket_open(r: aioredis.Redis, *, user_id: int, socket: str) -> None:

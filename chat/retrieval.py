@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 
 from conversations.turns import Turn
@@ -54,32 +53,30 @@ async def with_passages(
     ids = turn.user_message_ids
     if not ids or not turn.retrieves:
         return Retrieved(history)
-    quoted = await database_sync_to_async(quotes.quotes_of)(ids)
+    quoted, collection_ids = await database_sync_to_async(quotes.quotes_and_collections)(
+        message_ids=ids,
+        asked=turn.user_message_id,
+        conversation_id=turn.conversation_id,
+        user=user,
+        user_id=user_id,
+    )
     note = ""
-    if turn.user_message_id not in quoted:
-        if user is None:
-            user = await get_user_model().objects.aget(pk=user_id)
-        collection_ids = await database_sync_to_async(quotes.conversation_collections)(
-            conversation_id=turn.conversation_id, user=user
-        )
-        if collection_ids:
-            try:
-                found = await search.question_passages(_question(history), collection_ids)
-            except EngineError:
-                log.warning(
-                    "message %s: no retrieval, the embedding engine is unavailable", turn.user_message_id
-                )
-                note = UNSEARCHED
-            else:
-                numbered, cited = _numbered(found, quoted)
-                await database_sync_to_async(quotes.quotes_store)(
-                    message_id=turn.user_message_id, numbered=numbered, cited=cited
-                )
-                # What was stored, as quotes_of would read it back: by number.
-                by_chunk = {p.chunk_id: p for p in found}
-                stored = [(n, True, p) for n, p in numbered] + [(n, False, by_chunk[c]) for n, c in cited]
-                if stored:
-                    quoted[turn.user_message_id] = sorted(stored, key=lambda row: row[0])
+    if collection_ids:
+        try:
+            found = await search.question_passages(_question(history), collection_ids)
+        except EngineError:
+            log.warning("message %s: no retrieval, the embedding engine is unavailable", turn.user_message_id)
+            note = UNSEARCHED
+        else:
+            numbered, cited = _numbered(found, quoted)
+            await database_sync_to_async(quotes.quotes_store)(
+                message_id=turn.user_message_id, numbered=numbered, cited=cited
+            )
+            # What was stored, as quotes_of would read it back: by number.
+            by_chunk = {p.chunk_id: p for p in found}
+            stored = [(n, True, p) for n, p in numbered] + [(n, False, by_chunk[c]) for n, c in cited]
+            if stored:
+                quoted[turn.user_message_id] = sorted(stored, key=lambda row: row[0])
     if not quoted:
         return Retrieved(history, note=note)
     rendered, users = [], iter(ids)

@@ -97,10 +97,10 @@ async def publish(
 
 class _FrameWriter:
     """Writes the frames that the answers of one event loop publish: those that wait together go
-    in one script call (ownership.write_all). A token is the hot path of every answer, and many
+    in one round trip (ownership.write_all). A token is the hot path of every answer, and many
     answers' tokens come together (the engine makes one for each running answer at every step):
-    one command carries them all. A frame's writer still waits for its own reply, so a failure
-    reaches the answer that published it.
+    one write carries them all, a plain XADD each. A frame's writer still waits for its own reply,
+    so a failure reaches the answer that published it.
 
     The writes go on a connection of their own, so that the writer knows when Redis may have
     restarted (and lost the last frames) since an answer's last frame: only a broken connection,

@@ -7,6 +7,7 @@ so every later prompt of the conversation is rebuilt with the same passages and 
 
 from collections.abc import Iterable, Sequence
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
@@ -41,6 +42,25 @@ def conversation_collections_set(*, conversation_id: int, user, collection_ids: 
             [through(conversation_id=conversation_id, collection_id=pk) for pk in wanted]
         )
     return wanted
+
+
+def quotes_and_collections(
+    *,
+    message_ids: Iterable[int],
+    asked: int,
+    conversation_id: int,
+    user: AbstractBaseUser | None,
+    user_id: int,
+) -> tuple[dict[int, list[tuple[int, bool, Passage]]], list[int]]:
+    """What the messages quoted (quotes_of) and, unless the newest question `asked` quoted already,
+    the collections it retrieves from now (its asker `user`, read by `user_id` where None): one trip
+    to the database, on every answer of a conversation that has a history."""
+    quoted = quotes_of(message_ids)
+    if asked in quoted:
+        return quoted, []
+    if user is None:
+        user = get_user_model().objects.get(pk=user_id)
+    return quoted, conversation_collections(conversation_id=conversation_id, user=user)
 
 
 def _passage(quote: Quote) -> Passage:

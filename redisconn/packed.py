@@ -8,6 +8,7 @@ the transport holds some of it back.
 """
 
 import asyncio
+import contextlib
 
 import redis.asyncio as aioredis
 from redis import exceptions
@@ -31,18 +32,33 @@ async def send(link: aioredis.Connection, command: bytes) -> None:
     if not link.is_connected:
         await link.connect()
     writer = link._writer
-    try:
+    async with _closed_on_failure(link, "writing to"):
         writer.write(command)
         if writer.transport.is_closing():
             raise exceptions.ConnectionError("the connection to Redis closed")
         if writer.transport.get_write_buffer_size():
             await asyncio.wait_for(writer.drain(), link.socket_timeout)
+
+
+async def replies(link: aioredis.Connection, count: int) -> list:
+    """The next `count` replies on `link`, an error reply as its exception in its place, not raised:
+    the replies of commands sent together, read under one timeout."""
+    parser = link._parser
+    async with _closed_on_failure(link, "reading from"), asyncio.timeout(link.socket_timeout):
+        return [await parser.read_response() for _ in range(count)]
+
+
+@contextlib.asynccontextmanager
+async def _closed_on_failure(link: aioredis.Connection, doing: str):
+    """A failure of the connection as redis' ConnectionError or TimeoutError, the connection closed."""
+    try:
+        yield
     except TimeoutError:
         await link.disconnect(nowait=True)
-        raise exceptions.TimeoutError("Timeout writing to Redis") from None
+        raise exceptions.TimeoutError(f"Timeout {doing} Redis") from None
     except OSError as exc:
         await link.disconnect(nowait=True)
-        raise exceptions.ConnectionError(f"Error writing to Redis: {exc}") from exc
+        raise exceptions.ConnectionError(f"Error {doing} Redis: {exc}") from exc
     except exceptions.ConnectionError:
         await link.disconnect(nowait=True)
         raise

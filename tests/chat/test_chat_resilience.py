@@ -17,6 +17,7 @@ from django.utils import timezone
 from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+import redisconn
 from answers import ownership
 from chat import consumers, stream_reads, streams, sweeper
 from chat.generation import Generation
@@ -530,3 +531,38 @@ async def test_answers_frames_waiting_together_go_in_one_command_and_fail_one_by
     for message_id in (9001, 9002, 9003):
         frames = await r.xrange(keys.chat_stream(message_id))
         assert len(frames) == 2  # the opening marker and one token
+
+
+async def test_a_frame_sent_as_a_plain_xadd_that_redis_refuses_is_written_again_with_the_checks():
+    """A frame of an answer streaming on is one XADD, no script: when its entry id is not the next
+    one (written already, or a takeover's claim moved the stream past its fence) or its stream is
+    gone, the script's checks say which, as for any frame."""
+    r, link = redis_client(), redisconn.lone_connection()
+    owner = await streams.open_stream(r, 9101, user_id=1)
+    stream = keys.chat_stream(9101)
+
+    def token(seq: int) -> bytes:
+        return orjson.dumps({"type": "chat.token", "message": 9101, "seq": seq, "text": "x"})
+
+    async def plain(position: int):
+        before = (await r.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0)
+        (reply,) = await ownership.write_all(link, [(owner, position, token(position), None, True)])
+        scripts = (await r.info("commandstats")).get("cmdstat_evalsha", {}).get("calls", 0) - before
+        return ownership.refusal(reply), scripts
+
+    try:
+        await ownership.WRITE.load_on(link)
+        await ownership.write_all(link, [(owner, 0, token(0), None, False)])
+        assert await plain(1) == (None, 0)  # written, by the XADD alone
+        assert await plain(1) == (None, 1)  # there already: the checks find it, nothing added
+        assert [entry_id for entry_id, _ in await r.xrange(stream)] == [b"1-0", b"1-1", b"1-2"]
+        await r.hset(keys.chat_answer_owner(9101), "fence", 2)  # a takeover's claim
+        await r.execute_command("XSETID", stream, "2-0")
+        refused, scripts = await plain(2)
+        assert isinstance(refused, ownership.Fenced) and scripts == 1
+        await r.delete(stream)  # gone (expired, or lost with Redis)
+        await r.hset(keys.chat_answer_owner(9101), "fence", 1)
+        refused, _ = await plain(2)
+        assert isinstance(refused, ownership.Gap) and refused.position == 0
+    finally:
+        await link.disconnect()

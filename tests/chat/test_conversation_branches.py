@@ -1,10 +1,13 @@
 """Versions of a turn: edit and regenerate add siblings that share their history."""
 
 import pytest
+from asgiref.sync import sync_to_async
 
+from chat import retrieval
 from conversations import selectors, services, turns
 from conversations.models import Conversation, Message
 from httpkit.errors import Refusal
+from knowledge import quotes
 
 pytestmark = pytest.mark.django_db
 
@@ -213,3 +216,18 @@ def test_it_stores_a_turn_in_few_queries_whatever_the_history(alice, django_asse
     with django_assert_max_num_queries(8):  # ... plus the conversation's messages and its documents
         turn = turns.chat_turn_start(user=alice, conversation_id=first.conversation_id, content="Last")
     assert len(turn.history) == 2 * 6 + 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_follow_up_reads_what_its_history_quoted_and_its_collections_in_one_trip(alice, monkeypatch):
+    # Every answer of a conversation with a history reads both, in the database thread answers queue for.
+    first = await sync_to_async(turns.chat_turn_start)(user=alice, conversation_id=None, content="One")
+    await sync_to_async(answered)(first, "1")
+    turn = await sync_to_async(turns.chat_turn_start)(
+        user=alice, conversation_id=first.conversation_id, content="Two"
+    )
+    trips, real = [], retrieval.database_sync_to_async
+    monkeypatch.setattr(retrieval, "database_sync_to_async", lambda call: trips.append(call) or real(call))
+    retrieved = await retrieval.with_passages(turn, user=None, user_id=alice.pk, history=turn.history)
+    assert retrieved.history == turn.history and retrieved.sources == []
+    assert trips == [quotes.quotes_and_collections]

@@ -8,8 +8,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from chat import rates
 from chat.consumers import ChatConsumer
 from conversations.models import Conversation
+from httpkit.errors import Refusal
 from tests.support.consumer_client import connected
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,3 +79,21 @@ def test_it_refuses_changes_to_conversations_past_the_users_rate(alice, bob, set
     client.get("/")
     token = client.cookies["csrftoken"].value
     assert post("/c/new", {}).status_code == 201
+
+
+def test_a_sockets_window_moves_a_frame_is_let_through_a_minute_after_the_oldest(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(rates.time, "monotonic", lambda: now[0])
+    window = rates.FrameWindow(3)
+    for moment in (1000.0, 1010.0, 1020.0):
+        now[0] = moment
+        window.check()
+    now[0] = 1050.0
+    with pytest.raises(Refusal) as refused:
+        window.check()
+    assert refused.value.extra["retry_after"] == 10  # the oldest frame leaves the window at 1060
+    now[0] = 1060.0
+    window.check()  # the oldest left: one more fits, and the refused frame was not counted
+    now[0] = 1065.0
+    with pytest.raises(Refusal):
+        window.check()
