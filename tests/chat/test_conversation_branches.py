@@ -8,6 +8,8 @@ from conversations import selectors, services, turns
 from conversations.models import Conversation, Message
 from httpkit.errors import Refusal
 from knowledge import quotes
+from knowledge.models import Collection
+from tests.support.knowledge import answered_with_sources
 
 pytestmark = pytest.mark.django_db
 
@@ -231,3 +233,29 @@ async def test_a_follow_up_reads_what_its_history_quoted_and_its_collections_in_
     retrieved = await retrieval.with_passages(turn, user=None, user_id=alice.pk, history=turn.history)
     assert retrieved.history == turn.history and retrieved.sources == []
     assert trips == [quotes.quotes_and_collections]
+
+
+def test_a_follow_up_still_reads_what_its_history_quoted_once_its_collections_are_gone(alice):
+    passage = ("leave.txt", None, "25 days of leave.")
+    quoted = answered_with_sources(alice, "Leave?", "25 days [1].", [passage])
+    follow_up = turns.chat_turn_start(user=alice, conversation_id=quoted.conversation_id, content="And?")
+
+    def read(turn: turns.Turn):
+        found, collections = quotes.quotes_and_collections(
+            message_ids=turn.user_message_ids,
+            asked=turn.user_message_id,
+            conversation_id=turn.conversation_id,
+            user=alice,
+            user_id=alice.pk,
+        )
+        return {message: [n for n, _, _ in rows] for message, rows in found.items()}, collections
+
+    attached = Collection.objects.filter(conversations=quoted.conversation_id)
+    attached = list(attached.values_list("pk", flat=True))
+    assert read(follow_up) == ({quoted.user_message_id: [1]}, attached)
+    Collection.conversations.through.objects.filter(conversation_id=quoted.conversation_id).delete()
+    assert read(follow_up) == ({quoted.user_message_id: [1]}, [])
+    bare = turns.chat_turn_start(user=alice, conversation_id=None, content="Hi")
+    answered(bare, "Hello")
+    bare_follow_up = turns.chat_turn_start(user=alice, conversation_id=bare.conversation_id, content="So?")
+    assert read(bare_follow_up) == ({}, [])
