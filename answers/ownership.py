@@ -205,8 +205,9 @@ async def write_all(link: aioredis.Connection, frames: list[tuple[Claim, int, by
     and after a failure. A plain XADD refused (its id is not the next one: a takeover's fence, or the
     frame is there already) or without its stream is written again with the checks."""
     maxlen = settings.CHAT_STREAM_MAX_ENTRIES
-    plain = [i for i, (*_, ttl, fast) in enumerate(frames) if fast and ttl is None]
-    scripted = sorted(set(range(len(frames))) - set(plain))
+    plain, scripted = [], []
+    for i, (*_, ttl, fast) in enumerate(frames):
+        (plain if fast and ttl is None else scripted).append(i)
     commands = [_xadd(*frames[i][:3], maxlen) for i in plain]
     if scripted:
         keys_, args = [], [maxlen]
@@ -223,7 +224,7 @@ async def write_all(link: aioredis.Connection, frames: list[tuple[Claim, int, by
         for i, reply in zip(scripted, got[-1], strict=True):
             replies[i] = reply
     again = []
-    for i, reply in zip(plain, got, strict=False):
+    for i, reply in zip(plain, got[: len(plain)], strict=True):
         if reply is None or isinstance(reply, ResponseError):
             again.append(i)
         replies[i] = reply
